@@ -1,0 +1,1 @@
+"""The ``traceatlas`` command line."""

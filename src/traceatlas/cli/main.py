@@ -1,0 +1,123 @@
+"""``traceatlas`` command: ingest, info, sql. Exit codes: 0 ok, 2 bad input."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+import traceatlas
+from traceatlas.cli import output
+from traceatlas.errors import InputError, StoreError, TraceAtlasError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    help="Performance traces of HPC and AI runs into answers.",
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+EXIT_BAD_INPUT = 2
+
+EngineOpt = Annotated[
+    str,
+    typer.Option("--engine", help="local (default), dask (LocalCluster) or tcp://scheduler:8786"),
+]
+FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table | json | csv")]
+
+
+def _guard(fn: F) -> F:
+    """Turn library errors into a one-line message and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        output.install_warning_printer()
+        try:
+            return fn(*args, **kwargs)
+        except (InputError, StoreError) as exc:
+            output.stderr.print(f"[red]error[/red]: {exc}", highlight=False)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
+        except TraceAtlasError as exc:
+            output.stderr.print(f"[red]error[/red]: {exc}", highlight=False)
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _open(paths: list[Path], engine: str) -> traceatlas.Trace:
+    with output.progress("ingest") as bar:
+        return traceatlas.open([str(p) for p in paths], engine=engine, progress=bar)
+
+
+@app.command()
+@_guard
+def ingest(
+    inputs: Annotated[list[Path], typer.Argument(help="Trace files, directories or archives.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Store directory to write.")],
+    engine: EngineOpt = "local",
+) -> None:
+    """Read traces into a store (Parquet per table per rank + manifest.json)."""
+    with output.progress("ingest") as bar:
+        store = traceatlas.ingest([str(p) for p in inputs], out, engine=engine, progress=bar)
+    trace = traceatlas.Trace(store)
+    summary = traceatlas.summarize(trace)
+    output.stderr.print(
+        f"wrote {store}: {len(summary['ranks'])} rank(s), {summary['intervals']} intervals",
+        highlight=False,
+    )
+
+
+@app.command()
+@_guard
+def info(
+    path: Annotated[list[Path], typer.Argument(help="A store, or raw trace paths.")],
+    fmt: FormatOpt = "table",
+    engine: EngineOpt = "local",
+) -> None:
+    """Ranks, event counts per category, span and tracks of a trace."""
+    summary = traceatlas.summarize(_open(path, engine))
+    if fmt == "json":
+        typer.echo(json.dumps(summary))
+        return
+    span_ms = summary["span_ns"] / 1e6
+    output.print_kv(
+        "trace",
+        [
+            ("store", summary["path"]),
+            ("format", summary["source_format"]),
+            ("ranks", ", ".join(map(str, summary["ranks"]))),
+            ("span", f"{span_ms:,.3f} ms"),
+            ("intervals", f"{summary['intervals']:,}"),
+            *((f"  {k}", f"{v:,}") for k, v in summary["by_category"].items()),
+            *((f"{k} rows", f"{v:,}") for k, v in summary["rows"].items() if k != "intervals"),
+            ("tracks by kind", ", ".join(f"{k} {v}" for k, v in summary["tracks_by_kind"].items())),
+        ],
+    )
+
+
+@app.command()
+@_guard
+def sql(
+    path: Annotated[Path, typer.Argument(help="A store, or a raw trace path.")],
+    query: Annotated[str, typer.Argument(help="DuckDB SQL over tables: " + ", ".join(
+        ("tracks", "intervals", "instants", "counters", "flows", "messages", "metadata")))],
+    fmt: FormatOpt = "table",
+    engine: EngineOpt = "local",
+) -> None:
+    """Run DuckDB SQL over the store's tables."""
+    frame = _open([path], engine).sql(query)
+    output.print_frame(frame, fmt)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""Terminal output helpers: errors, warnings, progress, tables. Only the CLI prints."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
+
+import polars as pl
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+stdout = Console(soft_wrap=True)
+stderr = Console(stderr=True, soft_wrap=True)
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    stderr.print(f"[yellow]warning[/yellow] ({category.__name__}): {message}", highlight=False)
+
+
+def install_warning_printer() -> None:
+    """Print warnings as one readable line each on stderr."""
+    warnings.showwarning = _show_warning
+
+
+@contextmanager
+def progress(label: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress callback drawing a bar on stderr, or None when stderr is not a terminal."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(), console=stderr, transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def print_frame(frame: pl.DataFrame, fmt: str) -> None:
+    """Print a frame as a rich table, CSV, or a JSON array of row objects."""
+    if fmt == "csv":
+        sys.stdout.write(frame.write_csv())
+    elif fmt == "json":
+        sys.stdout.write(frame.write_json() + "\n")
+    else:
+        table = Table(show_lines=False)
+        for name in frame.columns:
+            table.add_column(name, overflow="fold")
+        for row in frame.iter_rows():
+            table.add_row(*("" if v is None else str(v) for v in row))
+        stdout.print(table)
+
+
+def print_kv(title: str, rows: list[tuple[str, Any]]) -> None:
+    """A two-column table."""
+    table = Table(title=title, show_header=False)
+    table.add_column("key", style="bold")
+    table.add_column("value", overflow="fold")
+    for key, value in rows:
+        table.add_row(key, str(value))
+    stdout.print(table)

@@ -1,0 +1,22 @@
+"""Pick an engine from a name: ``local``, ``dask`` (LocalCluster) or a scheduler address."""
+
+from __future__ import annotations
+
+from traceatlas.engine.base import Engine
+from traceatlas.engine.local import LocalEngine
+
+
+def get_engine(spec: str | Engine | None = None) -> Engine:
+    """``None``/``"local"`` -> LocalEngine; ``"dask"`` -> DaskEngine on a LocalCluster;
+    ``"tcp://host:port"`` -> DaskEngine connected to that scheduler."""
+    if isinstance(spec, Engine):
+        return spec
+    if spec is None or spec == "local":
+        return LocalEngine()
+    from traceatlas.engine.dask import DaskEngine
+
+    if spec == "dask":
+        return DaskEngine()
+    if "://" in spec:
+        return DaskEngine(address=spec)
+    raise ValueError(f"unknown engine {spec!r}: use 'local', 'dask' or a scheduler address")

@@ -1,0 +1,71 @@
+"""Errors and warnings raised by traceatlas.
+
+Tree::
+
+    TraceAtlasError
+    ├── InputError                 bad input; the CLI exits with code 2
+    │   ├── InputNotFoundError     a path that does not exist, or an empty directory
+    │   ├── UnsupportedFormatError no reader recognises the file
+    │   ├── CorruptTraceError      a reader recognised the file but cannot parse it
+    │   └── RankConflictError      two files claim the same rank
+    ├── StoreError                 a store directory is missing, partial or of another version
+    └── EngineError                an engine failed to run a partition
+
+    DataQualityWarning             data was inferred, clipped or is missing evidence
+    └── RankInferredWarning        a file without ``distributedInfo.rank``
+
+Every ``InputError`` message names the file and the problem in one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class TraceAtlasError(Exception):
+    """Base class of every error raised by traceatlas."""
+
+
+class InputError(TraceAtlasError):
+    """Bad input: the message names the file and the problem."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+    def __reduce__(self) -> tuple[type[InputError], tuple[str, str]]:
+        """Keep (path, problem) when the error crosses a process boundary."""
+        return (type(self), (self.path, self.problem))
+
+
+class InputNotFoundError(InputError):
+    """A path that does not exist, or a directory without trace files."""
+
+
+class UnsupportedFormatError(InputError):
+    """No registered reader recognises the file."""
+
+
+class CorruptTraceError(InputError):
+    """A reader recognised the file but could not parse it (truncated, wrong shape)."""
+
+
+class RankConflictError(InputError):
+    """Two input files claim the same rank."""
+
+
+class StoreError(TraceAtlasError):
+    """A store directory is missing, incomplete, or written by an incompatible version."""
+
+
+class EngineError(TraceAtlasError):
+    """An engine failed to run a partition."""
+
+
+class DataQualityWarning(UserWarning):
+    """Data was inferred, clipped, or lacks evidence (e.g. a rank without a clock)."""
+
+
+class RankInferredWarning(DataQualityWarning):
+    """A file had no ``distributedInfo.rank``; its rank was inferred."""

@@ -1,0 +1,92 @@
+"""Ingest of one source file: the function engines map over partitions."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from traceatlas.io.registry import detect
+from traceatlas.io.sources import Source
+from traceatlas.store.writer import write_part
+
+STAGING = "_staging"
+
+
+@dataclass(frozen=True)
+class PartitionJob:
+    """One file to ingest into the (temporary) store directory ``store``."""
+
+    index: int
+    source: Source
+    store: str
+    threads: int = 1
+
+
+@dataclass
+class PartitionResult:
+    """What a worker reports back: small, picklable."""
+
+    index: int
+    source: Source
+    identity: dict[str, Any]
+    source_format: str
+    rank: int | None
+    rank_source: str | None
+    clock: dict[str, Any]
+    world_size: int | None
+    host: str | None
+    rows: dict[str, int]
+    seconds: float
+    warnings: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def staged(self) -> bool:
+        """True when the rank was unknown and parts wait in the staging area."""
+        return self.rank is None
+
+
+def ingest_partition(job: PartitionJob) -> PartitionResult:
+    """Read one file and write its tables; warnings are captured and returned."""
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data = job.source.read_bytes()
+        reader = detect(data, job.source)
+        rank_data = reader.read(data, job.source, threads=job.threads)
+        del data
+        store = Path(job.store)
+        rows: dict[str, int] = {}
+        for name, table in rank_data.tables.items():
+            if rank_data.rank is None:
+                path = store / STAGING / str(job.index) / f"{name}.parquet"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                pq.write_table(table, path)
+                rows[name] = table.num_rows
+            else:
+                rows[name] = write_part(store, name, rank_data.rank, table)
+    return PartitionResult(
+        index=job.index,
+        source=job.source,
+        identity=job.source.identity(),
+        source_format=rank_data.source_format,
+        rank=rank_data.rank,
+        rank_source=rank_data.rank_source,
+        clock=rank_data.clock,
+        world_size=rank_data.world_size,
+        host=rank_data.host,
+        rows=rows,
+        seconds=time.perf_counter() - t0,
+        warnings=[(w.category.__name__, str(w.message)) for w in caught],
+    )
+
+
+def unstage(store: Path, result: PartitionResult, rank: int) -> None:
+    """Move a staged partition into place under ``rank``."""
+    staged = store / STAGING / str(result.index)
+    for path in sorted(staged.glob("*.parquet")):
+        write_part(store, path.stem, rank, pq.read_table(path))

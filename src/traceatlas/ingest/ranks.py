@@ -1,0 +1,44 @@
+"""Rank assignment across the files of one trace."""
+
+from __future__ import annotations
+
+import warnings
+
+from traceatlas.errors import RankConflictError, RankInferredWarning
+from traceatlas.ingest.partition import PartitionResult
+
+
+def assign_ranks(results: list[PartitionResult]) -> dict[int, int]:
+    """Partition index -> rank.
+
+    Declared ranks (``distributedInfo`` or file name) are kept; two files with the same
+    rank are an error. Files without one take the next free rank, with a warning.
+    """
+    owner: dict[int, PartitionResult] = {}
+    for res in results:
+        if res.rank is None:
+            continue
+        if res.rank in owner:
+            other = owner[res.rank]
+            raise RankConflictError(
+                res.source.display,
+                f"rank {res.rank} ({res.rank_source}) is also claimed by "
+                f"{other.source.display}; pass the files of one run only",
+            )
+        owner[res.rank] = res
+    ranks = {res.index: res.rank for res in results if res.rank is not None}
+    free = 0
+    for res in results:
+        if res.rank is not None:
+            continue
+        while free in owner:
+            free += 1
+        owner[free] = res
+        ranks[res.index] = free
+        warnings.warn(
+            f"{res.source.display}: no rank in distributedInfo or the file name; "
+            f"assigned rank {free}",
+            RankInferredWarning,
+            stacklevel=3,
+        )
+    return ranks

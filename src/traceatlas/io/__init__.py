@@ -1,0 +1,1 @@
+"""Readers: one file per format, found through ``traceatlas.io.registry``."""

@@ -1,0 +1,234 @@
+"""PyTorch profiler / Kineto Chrome-trace JSON reader (also plain Chrome-trace JSON).
+
+Handles every schema generation seen in the wild: 2021 (``Operator``/``Kernel``/
+``Runtime``), 2022+ (``cpu_op``/``kernel``/``cuda_runtime``/``ac2g``), ROCm (``hip*``
+names), MTIA, fractional-microsecond timestamps, ``baseTimeNanoseconds``, and rocprof v1
+files whose events carry no ``cat`` and write numbers as strings.
+
+How: msgspec scans the top level once (validating the JSON and keeping every metadata
+key), then DuckDB's parallel JSON reader parses ``traceEvents`` into Arrow columns, with
+``args`` kept whole as JSON text. Everything after that is vectorised (polars / numpy).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import warnings
+from typing import Any
+
+import duckdb
+import msgspec
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from traceatlas.errors import CorruptTraceError, DataQualityWarning, UnsupportedFormatError
+from traceatlas.io import kineto_tables
+from traceatlas.io.reading import RankData
+from traceatlas.io.sources import Source
+
+_RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+
+_ARG_STRUCT = json.dumps(
+    {
+        "correlation": "BIGINT",
+        "External id": "BIGINT",
+        "device": "BIGINT",
+        "stream": "BIGINT",
+        "bytes": "BIGINT",
+        "Collective name": "VARCHAR",
+        "Process Group Name": "VARCHAR",
+        "Process Group Ranks": "VARCHAR",
+        "In msg nelems": "BIGINT",
+        "Out msg nelems": "BIGINT",
+        "dtype": "VARCHAR",
+        "grid": "INTEGER[]",
+        "block": "INTEGER[]",
+        "name": "VARCHAR",
+        "labels": "VARCHAR",
+    }
+)
+
+_EVENTS_SQL = """
+SELECT
+  ph, cat, name, pid, tid, id, s AS scope,
+  CASE WHEN ts IS NULL THEN NULL
+       ELSE CAST(floor(ts) AS BIGINT) * 1000 + CAST(round((ts - floor(ts)) * 1000) AS BIGINT)
+  END AS ts_ns,
+  CAST(round(dur * 1000) AS BIGINT) AS dur_ns,
+  CAST(args AS VARCHAR) AS args,
+  CASE WHEN ph IN ('X', 'M') THEN json_transform(args, '{arg_struct}') END AS a
+FROM read_json(
+  '{path}', format = 'array', maximum_object_size = 2147483647,
+  columns = {{ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR',
+             tid: 'VARCHAR', id: 'VARCHAR', s: 'VARCHAR', ts: 'DOUBLE', dur: 'DOUBLE',
+             args: 'JSON'}}
+)
+"""
+
+
+class KinetoReader:
+    """Reader for Kineto / Chrome-trace JSON (``.json``, ``.json.gz``)."""
+
+    name = "kineto"
+    description = "PyTorch profiler (Kineto) and Chrome-trace JSON, .json or .json.gz"
+
+    def sniff(self, head: bytes, source: Source) -> bool:
+        """A JSON object or array: Chrome-trace JSON in either of its two layouts."""
+        return head.lstrip()[:1] in (b"{", b"[")
+
+    def read(self, data: bytes, source: Source, *, threads: int = 1) -> RankData:
+        """Parse one Kineto file into canonical tables (times in ns on the unix clock)."""
+        events_raw, meta = _split_top_level(data, source)
+        del data
+        events = _parse_events(events_raw, source, threads)
+        del events_raw
+        base_ns = _base_time_ns(meta)
+        rank, rank_source = _rank_of(meta, source)
+        tables = kineto_tables.build_tables(events, base_ns, source.display)
+        tables["metadata"] = _metadata_table(meta, source)
+        dist = meta.get("distributedInfo")
+        world = dist.get("world_size") if isinstance(dist, dict) else None
+        host = meta.get("host_name")
+        return RankData(
+            tables=tables,
+            source_format="kineto",
+            rank=rank,
+            rank_source=rank_source,
+            clock=_clock_of(meta, tables),
+            world_size=world if isinstance(world, int) else None,
+            host=host if isinstance(host, str) else None,
+        )
+
+
+def _split_top_level(data: bytes, source: Source) -> tuple[bytes, dict[str, Any]]:
+    """The raw ``traceEvents`` array and the decoded top-level metadata."""
+    stripped = data.lstrip()
+    if not stripped:
+        raise CorruptTraceError(source.display, "empty file")
+    try:
+        if stripped[:1] == b"[":
+            msgspec.json.decode(data, type=list[msgspec.Raw])
+            return data, {}
+        top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
+    except msgspec.ValidationError as exc:
+        raise UnsupportedFormatError(
+            source.display, f"JSON is not a Chrome trace object ({exc})"
+        ) from exc
+    except msgspec.DecodeError as exc:
+        what = "truncated JSON" if "truncated" in str(exc).lower() else "invalid JSON"
+        raise CorruptTraceError(source.display, f"{what} ({exc})") from exc
+    if "traceEvents" not in top:
+        hint = ""
+        if "nodes" in top:
+            hint = "; it looks like a PyTorch execution trace (Chakra ET), not a profiler trace"
+        keys = ", ".join(sorted(top)[:8])
+        raise UnsupportedFormatError(
+            source.display, f"JSON object without 'traceEvents' (keys: {keys}){hint}"
+        )
+    events = bytes(top.pop("traceEvents"))
+    meta = {key: msgspec.json.decode(raw) for key, raw in top.items()}
+    return events, meta
+
+
+def _parse_events(events_raw: bytes, source: Source, threads: int) -> pl.DataFrame:
+    """Parse the ``traceEvents`` JSON array with DuckDB into a polars frame."""
+    if not events_raw.strip().strip(b"[]").strip():
+        return pl.from_arrow(_empty_events())  # type: ignore[return-value]
+    fd, path = tempfile.mkstemp(suffix=".json", prefix="traceatlas-events-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(events_raw)
+        con = duckdb.connect(":memory:", config={"threads": max(1, threads)})
+        try:
+            sql = _EVENTS_SQL.format(path=path.replace("'", "''"), arg_struct=_ARG_STRUCT)
+            table = con.sql(sql).to_arrow_table()
+        except duckdb.Error as exc:
+            raise CorruptTraceError(
+                source.display, f"traceEvents could not be parsed ({exc})"
+            ) from exc
+        finally:
+            con.close()
+    finally:
+        os.unlink(path)
+    return pl.from_arrow(table)  # type: ignore[return-value]
+
+
+def _empty_events() -> pa.Table:
+    return pa.table(
+        {
+            **{c: pa.array([], pa.string()) for c in ("ph", "cat", "name", "pid", "tid", "id")},
+            "scope": pa.array([], pa.string()),
+            "ts_ns": pa.array([], pa.int64()),
+            "dur_ns": pa.array([], pa.int64()),
+            "args": pa.array([], pa.string()),
+            "a": pa.array(
+                [],
+                pa.struct(
+                    [
+                        ("correlation", pa.int64()),
+                        ("External id", pa.int64()),
+                        ("device", pa.int64()),
+                        ("stream", pa.int64()),
+                        ("bytes", pa.int64()),
+                        ("Collective name", pa.string()),
+                        ("Process Group Name", pa.string()),
+                        ("Process Group Ranks", pa.string()),
+                        ("In msg nelems", pa.int64()),
+                        ("Out msg nelems", pa.int64()),
+                        ("dtype", pa.string()),
+                        ("grid", pa.list_(pa.int32())),
+                        ("block", pa.list_(pa.int32())),
+                        ("name", pa.string()),
+                        ("labels", pa.string()),
+                    ]
+                ),
+            ),
+        }
+    )
+
+
+def _base_time_ns(meta: dict[str, Any]) -> int:
+    base = meta.get("baseTimeNanoseconds")
+    return int(base) if isinstance(base, int | float) else 0
+
+
+def _rank_of(meta: dict[str, Any], source: Source) -> tuple[int | None, str | None]:
+    dist = meta.get("distributedInfo")
+    if isinstance(dist, dict):
+        rank = dist.get("rank")
+        if isinstance(rank, int) and rank >= 0:
+            return rank, "distributedInfo"
+        if isinstance(rank, str) and rank.isdigit():
+            return int(rank), "distributedInfo"
+    match = _RANK_IN_NAME.search(source.file_name)
+    if match:
+        warnings.warn(
+            f"{source.display}: no distributedInfo.rank; rank {match.group(1)} taken from "
+            "the file name",
+            DataQualityWarning,
+            stacklevel=2,
+        )
+        return int(match.group(1)), "file name"
+    return None, None
+
+
+def _clock_of(meta: dict[str, Any], tables: dict[str, pa.Table]) -> dict[str, object]:
+    if "baseTimeNanoseconds" in meta:
+        return {"method": "baseTimeNanoseconds", "base_ns": _base_time_ns(meta), "offset_ns": 0}
+    starts = tables["intervals"].column("start_ns")
+    first = pc.min(starts).as_py() if len(starts) else None
+    # Timestamps after 2001-09-09 in us are wall-clock (unix epoch) values.
+    if first is not None and first >= 10**18:
+        return {"method": "unix timestamps as written", "base_ns": 0, "offset_ns": 0}
+    return {"method": "none (relative timestamps, no baseTimeNanoseconds)", "base_ns": 0,
+            "offset_ns": 0}
+
+
+def _metadata_table(meta: dict[str, Any], source: Source) -> pa.Table:
+    keys = ["source_file", *meta.keys()]
+    values = [json.dumps(source.display), *(json.dumps(v) for v in meta.values())]
+    return pa.table({"key": pa.array(keys, pa.string()), "value": pa.array(values, pa.string())})

@@ -1,0 +1,53 @@
+"""Reader registry: format name -> reader, and detection of a file's format."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Protocol
+
+from traceatlas.errors import UnsupportedFormatError
+from traceatlas.io.reading import RankData
+from traceatlas.io.sources import Source
+
+
+class Reader(Protocol):
+    """What a reader provides. One reader per module in ``traceatlas.io``."""
+
+    name: str
+    description: str
+
+    def sniff(self, head: bytes, source: Source) -> bool:
+        """True when ``head`` (the first decompressed bytes) looks like this format."""
+        ...
+
+    def read(self, data: bytes, source: Source, *, threads: int) -> RankData:
+        """Parse one decompressed file into canonical tables for one rank."""
+        ...
+
+
+READERS: Mapping[str, str] = {
+    "kineto": "traceatlas.io.kineto:KinetoReader",
+}
+"""Format name -> ``module:Class``; imported lazily on first use."""
+
+
+def get_reader(name: str) -> Reader:
+    """Instantiate the reader registered under ``name``."""
+    module_name, _, cls_name = READERS[name].partition(":")
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    reader: Reader = cls()
+    return reader
+
+
+def detect(data: bytes, source: Source) -> Reader:
+    """The first registered reader that recognises ``data``; a clear error otherwise."""
+    head = data[:4096]
+    for name in READERS:
+        reader = get_reader(name)
+        if reader.sniff(head, source):
+            return reader
+    known = ", ".join(READERS)
+    raise UnsupportedFormatError(
+        source.display, f"not a recognised trace format (readers tried: {known})"
+    )

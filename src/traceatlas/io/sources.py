@@ -1,0 +1,127 @@
+"""Resolve user input (a file, a directory, an archive, or a list of them) to source files."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import tarfile
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from traceatlas.errors import CorruptTraceError, InputNotFoundError
+
+TRACE_SUFFIXES: tuple[str, ...] = (".json", ".json.gz")
+"""File names a directory or an archive is searched for."""
+
+ARCHIVE_SUFFIXES: tuple[str, ...] = (".tar", ".tar.gz", ".tgz")
+
+_FINGERPRINT_BYTES = 1 << 16
+
+
+@dataclass(frozen=True)
+class Source:
+    """One trace file: a path on disk, or a member of a tar archive."""
+
+    path: str
+    member: str | None = None
+
+    @property
+    def display(self) -> str:
+        """Name used in messages: ``path`` or ``archive:member``."""
+        return f"{self.path}:{self.member}" if self.member else self.path
+
+    @property
+    def file_name(self) -> str:
+        """Base name of the file (of the member for archives)."""
+        return os.path.basename(self.member or self.path)
+
+    def read_bytes(self) -> bytes:
+        """The decompressed bytes of the file."""
+        try:
+            if self.member is None:
+                raw = Path(self.path).read_bytes()
+            else:
+                with tarfile.open(self.path) as tar:
+                    handle = tar.extractfile(self.member)
+                    if handle is None:
+                        raise CorruptTraceError(self.display, "archive member is not a file")
+                    raw = handle.read()
+        except (OSError, tarfile.TarError) as exc:
+            raise CorruptTraceError(self.display, f"cannot read file ({exc})") from exc
+        if raw[:2] == b"\x1f\x8b":
+            try:
+                return gzip.decompress(raw)
+            except (OSError, EOFError, zlib.error) as exc:
+                raise CorruptTraceError(
+                    self.display, f"truncated or corrupt gzip data ({exc})"
+                ) from exc
+        return raw
+
+    def identity(self) -> dict[str, object]:
+        """Size, mtime and a sampled hash of the file on disk, to detect changes."""
+        st = os.stat(self.path)
+        digest = hashlib.blake2b(digest_size=16)
+        with open(self.path, "rb") as fh:
+            digest.update(fh.read(_FINGERPRINT_BYTES))
+            if st.st_size > _FINGERPRINT_BYTES:
+                fh.seek(max(st.st_size - _FINGERPRINT_BYTES, _FINGERPRINT_BYTES))
+                digest.update(fh.read(_FINGERPRINT_BYTES))
+        return {
+            "path": os.path.abspath(self.path),
+            "member": self.member,
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "sampled_blake2b": digest.hexdigest(),
+        }
+
+
+def _is_trace_name(name: str) -> bool:
+    return name.endswith(TRACE_SUFFIXES)
+
+
+def _is_archive(path: str) -> bool:
+    return path.endswith(ARCHIVE_SUFFIXES)
+
+
+def _archive_members(path: str) -> list[Source]:
+    try:
+        with tarfile.open(path) as tar:
+            names = sorted(m.name for m in tar.getmembers() if m.isfile())
+    except (OSError, tarfile.TarError) as exc:
+        raise CorruptTraceError(path, f"cannot read tar archive ({exc})") from exc
+    members = [Source(path, n) for n in names if _is_trace_name(n)]
+    if not members:
+        raise InputNotFoundError(path, "archive holds no trace files (*.json, *.json.gz)")
+    return members
+
+
+def _directory_files(path: str) -> list[Source]:
+    names = sorted(os.listdir(path))
+    files = [os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))]
+    found = [Source(f) for f in files if _is_trace_name(f)]
+    for archive in (f for f in files if _is_archive(f)):
+        found.extend(_archive_members(archive))
+    if not found:
+        raise InputNotFoundError(path, "directory holds no trace files (*.json, *.json.gz)")
+    return found
+
+
+def resolve_inputs(inputs: Iterable[str | os.PathLike[str]]) -> list[Source]:
+    """Expand files, directories and tar archives into an ordered list of sources."""
+    sources: list[Source] = []
+    for item in inputs:
+        path = os.fspath(item)
+        if not os.path.exists(path):
+            raise InputNotFoundError(path, "no such file or directory")
+        if os.path.isdir(path):
+            sources.extend(_directory_files(path))
+        elif _is_archive(path):
+            sources.extend(_archive_members(path))
+        else:
+            sources.append(Source(path))
+    if not sources:
+        raise InputNotFoundError("<input>", "no input paths given")
+    return sources

@@ -1,0 +1,1 @@
+"""Engine-agnostic primitives over columns (numpy / polars), shared by readers and analyses."""

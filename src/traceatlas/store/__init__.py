@@ -1,0 +1,1 @@
+"""The trace store: Parquet per table per rank, plus ``manifest.json``."""
