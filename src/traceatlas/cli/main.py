@@ -17,7 +17,7 @@ from traceatlas.errors import InputError, StoreError, TraceAtlasError
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
-    pretty_exceptions_show_locals=False,
+    pretty_exceptions_enable=False,
     help="Performance traces of HPC and AI runs into answers.",
 )
 

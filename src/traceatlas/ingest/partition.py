@@ -55,10 +55,8 @@ def ingest_partition(job: PartitionJob) -> PartitionResult:
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        data = job.source.read_bytes()
-        reader = detect(data, job.source)
-        rank_data = reader.read(data, job.source, threads=job.threads)
-        del data
+        reader = detect(job.source)
+        rank_data = reader.read(job.source, threads=job.threads)
         store = Path(job.store)
         rows: dict[str, int] = {}
         for name, table in rank_data.tables.items():

@@ -17,11 +17,10 @@ import os
 import re
 import tempfile
 import warnings
-from typing import Any
+from typing import Any, BinaryIO
 
 import duckdb
 import msgspec
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -54,9 +53,10 @@ _ARG_STRUCT = json.dumps(
 
 _EVENTS_SQL = """
 SELECT
-  ph, cat, name, pid, tid, id, s AS scope,
+  ph, cat, name, coalesce(pid, '') AS pid, coalesce(tid, '') AS tid, id, s AS scope,
   CASE WHEN ts IS NULL THEN NULL
        ELSE CAST(floor(ts) AS BIGINT) * 1000 + CAST(round((ts - floor(ts)) * 1000) AS BIGINT)
+            + {base_ns}
   END AS ts_ns,
   CAST(round(dur * 1000) AS BIGINT) AS dur_ns,
   CAST(args AS VARCHAR) AS args,
@@ -67,6 +67,15 @@ FROM read_json(
              tid: 'VARCHAR', id: 'VARCHAR', s: 'VARCHAR', ts: 'DOUBLE', dur: 'DOUBLE',
              args: 'JSON'}}
 )
+"""
+
+_EMPTY_EVENTS_SQL = """
+SELECT
+  NULL::VARCHAR AS ph, NULL::VARCHAR AS cat, NULL::VARCHAR AS name, NULL::VARCHAR AS pid,
+  NULL::VARCHAR AS tid, NULL::VARCHAR AS id, NULL::VARCHAR AS scope, NULL::BIGINT AS ts_ns,
+  NULL::BIGINT AS dur_ns, NULL::VARCHAR AS args,
+  json_transform(NULL::JSON, '{arg_struct}') AS a
+WHERE false
 """
 
 
@@ -80,15 +89,22 @@ class KinetoReader:
         """A JSON object or array: Chrome-trace JSON in either of its two layouts."""
         return head.lstrip()[:1] in (b"{", b"[")
 
-    def read(self, data: bytes, source: Source, *, threads: int = 1) -> RankData:
+    def read(self, source: Source, *, threads: int = 1) -> RankData:
         """Parse one Kineto file into canonical tables (times in ns on the unix clock)."""
-        events_raw, meta = _split_top_level(data, source)
-        del data
-        events = _parse_events(events_raw, source, threads)
-        del events_raw
-        base_ns = _base_time_ns(meta)
+        fd, events_path = tempfile.mkstemp(suffix=".json", prefix="traceatlas-events-")
+        con = duckdb.connect(":memory:", config={"threads": max(1, threads)})
+        try:
+            with os.fdopen(fd, "wb") as events_file:
+                meta, has_events = _split_top_level(source, events_file)
+            base_ns = _base_time_ns(meta)
+            _load_events(con, events_path if has_events else None, base_ns, source)
+            os.unlink(events_path)
+            tables = kineto_tables.build_tables(con, source.display)
+        finally:
+            con.close()
+            if os.path.exists(events_path):
+                os.unlink(events_path)
         rank, rank_source = _rank_of(meta, source)
-        tables = kineto_tables.build_tables(events, base_ns, source.display)
         tables["metadata"] = _metadata_table(meta, source)
         dist = meta.get("distributedInfo")
         world = dist.get("world_size") if isinstance(dist, dict) else None
@@ -104,15 +120,18 @@ class KinetoReader:
         )
 
 
-def _split_top_level(data: bytes, source: Source) -> tuple[bytes, dict[str, Any]]:
-    """The raw ``traceEvents`` array and the decoded top-level metadata."""
+def _split_top_level(source: Source, events_file: BinaryIO) -> tuple[dict[str, Any], bool]:
+    """Validate the JSON, write the raw ``traceEvents`` array to ``events_file`` and
+    return the decoded top-level metadata and whether any event text was written."""
+    data = source.read_bytes()
     stripped = data.lstrip()
     if not stripped:
         raise CorruptTraceError(source.display, "empty file")
     try:
         if stripped[:1] == b"[":
             msgspec.json.decode(data, type=list[msgspec.Raw])
-            return data, {}
+            events_file.write(data)
+            return {}, bool(stripped.strip(b"[] \n\r\t"))
         top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
     except msgspec.ValidationError as exc:
         raise UnsupportedFormatError(
@@ -121,6 +140,7 @@ def _split_top_level(data: bytes, source: Source) -> tuple[bytes, dict[str, Any]
     except msgspec.DecodeError as exc:
         what = "truncated JSON" if "truncated" in str(exc).lower() else "invalid JSON"
         raise CorruptTraceError(source.display, f"{what} ({exc})") from exc
+    del data, stripped
     if "traceEvents" not in top:
         hint = ""
         if "nodes" in top:
@@ -129,66 +149,28 @@ def _split_top_level(data: bytes, source: Source) -> tuple[bytes, dict[str, Any]
         raise UnsupportedFormatError(
             source.display, f"JSON object without 'traceEvents' (keys: {keys}){hint}"
         )
-    events = bytes(top.pop("traceEvents"))
+    events = top.pop("traceEvents")
+    events_file.write(events)
+    has_events = bool(bytes(memoryview(events)[:64]).strip(b"[ \n\r\t"))
+    del events
     meta = {key: msgspec.json.decode(raw) for key, raw in top.items()}
-    return events, meta
+    return meta, has_events
 
 
-def _parse_events(events_raw: bytes, source: Source, threads: int) -> pl.DataFrame:
-    """Parse the ``traceEvents`` JSON array with DuckDB into a polars frame."""
-    if not events_raw.strip().strip(b"[]").strip():
-        return pl.from_arrow(_empty_events())  # type: ignore[return-value]
-    fd, path = tempfile.mkstemp(suffix=".json", prefix="traceatlas-events-")
+def _load_events(
+    con: duckdb.DuckDBPyConnection, path: str | None, base_ns: int, source: Source
+) -> None:
+    """Parse the ``traceEvents`` JSON array into an Arrow table registered as ``ev``."""
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(events_raw)
-        con = duckdb.connect(":memory:", config={"threads": max(1, threads)})
-        try:
-            sql = _EVENTS_SQL.format(path=path.replace("'", "''"), arg_struct=_ARG_STRUCT)
-            table = con.sql(sql).to_arrow_table()
-        except duckdb.Error as exc:
-            raise CorruptTraceError(
-                source.display, f"traceEvents could not be parsed ({exc})"
-            ) from exc
-        finally:
-            con.close()
-    finally:
-        os.unlink(path)
-    return pl.from_arrow(table)  # type: ignore[return-value]
-
-
-def _empty_events() -> pa.Table:
-    return pa.table(
-        {
-            **{c: pa.array([], pa.string()) for c in ("ph", "cat", "name", "pid", "tid", "id")},
-            "scope": pa.array([], pa.string()),
-            "ts_ns": pa.array([], pa.int64()),
-            "dur_ns": pa.array([], pa.int64()),
-            "args": pa.array([], pa.string()),
-            "a": pa.array(
-                [],
-                pa.struct(
-                    [
-                        ("correlation", pa.int64()),
-                        ("External id", pa.int64()),
-                        ("device", pa.int64()),
-                        ("stream", pa.int64()),
-                        ("bytes", pa.int64()),
-                        ("Collective name", pa.string()),
-                        ("Process Group Name", pa.string()),
-                        ("Process Group Ranks", pa.string()),
-                        ("In msg nelems", pa.int64()),
-                        ("Out msg nelems", pa.int64()),
-                        ("dtype", pa.string()),
-                        ("grid", pa.list_(pa.int32())),
-                        ("block", pa.list_(pa.int32())),
-                        ("name", pa.string()),
-                        ("labels", pa.string()),
-                    ]
-                ),
-            ),
-        }
-    )
+        if path is None:
+            sql = _EMPTY_EVENTS_SQL.format(arg_struct=_ARG_STRUCT)
+        else:
+            sql = _EVENTS_SQL.format(
+                path=path.replace("'", "''"), arg_struct=_ARG_STRUCT, base_ns=int(base_ns)
+            )
+        con.register("ev", con.sql(sql).to_arrow_table())
+    except duckdb.Error as exc:
+        raise CorruptTraceError(source.display, f"traceEvents could not be parsed ({exc})") from exc
 
 
 def _base_time_ns(meta: dict[str, Any]) -> int:

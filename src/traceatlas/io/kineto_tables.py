@@ -1,6 +1,8 @@
-"""Kineto events (one polars frame, one row per JSON event) -> canonical tables.
+"""Kineto events (DuckDB temp table ``ev``, one row per JSON event) -> canonical tables.
 
-Part of the Kineto reader (``kineto.py``); vectorised, no Python loop over events.
+Part of the Kineto reader (``kineto.py``). Splitting by phase, category mapping, joins and
+sorting run as DuckDB SQL (parallel, columnar); depth and steps are numpy. No Python loop
+runs over events, only over tracks and metadata events.
 Tables come back without the ``rank`` column: ingest adds it once the rank is known.
 """
 
@@ -11,6 +13,7 @@ import re
 import warnings
 from typing import Any
 
+import duckdb
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -26,39 +29,31 @@ from traceatlas.model.schema import DEVICE_CATEGORIES, empty_table
 from traceatlas.ops.nesting import nesting_depth, sort_for_nesting
 from traceatlas.ops.steps import step_of_time
 
-FLOW_PHASES = ("s", "f", "t")
 DEVICE_SOURCE_CATEGORIES = frozenset({"mtia_ccp_events"})
 _ACCELERATOR_LABEL = re.compile(r"^(GPU|MTIA|XPU|HPU|TPU|NPU)\b", re.IGNORECASE)
+_COMPLETE = "ph = 'X' AND ts_ns IS NOT NULL AND dur_ns IS NOT NULL"
+_ON_TRACK = "ev.pid = trk.pid AND ev.tid = trk.tid"
 
 
-def build_tables(events: pl.DataFrame, base_ns: int, display: str) -> dict[str, pa.Table]:
-    """Split events by phase and build tracks, intervals, instants, counters, flows."""
-    events = events.with_columns(pl.col("ts_ns") + base_ns)
-    no_phase = events.filter(pl.col("ph").is_null())
-    if no_phase.height:
-        _warn(f"{display}: {no_phase.height} event(s) without 'ph' skipped "
-              "(nothing to place on a timeline)")
-    meta = events.filter(pl.col("ph") == "M")
-    names = _track_names(meta)
-    complete = events.filter((pl.col("ph") == "X") & pl.col("dur_ns").is_not_null()
-                             & pl.col("ts_ns").is_not_null())
-    counters_src = events.filter(pl.col("ph") == "C")
-    flows_src = events.filter(pl.col("ph").is_in(FLOW_PHASES))
-    instants_src = events.filter(
-        pl.col("ph").is_not_null()
-        & ~pl.col("ph").is_in(["M", "C", *FLOW_PHASES])
-        & ~((pl.col("ph") == "X") & pl.col("dur_ns").is_not_null()
-            & pl.col("ts_ns").is_not_null())
-    )
-    complete = _categorise(complete, names["process"], display)
-    tracks, track_of = _tracks(complete, instants_src, counters_src, flows_src, names)
-    intervals = _intervals(complete, track_of, display)
+def build_tables(con: duckdb.DuckDBPyConnection, display: str) -> dict[str, pa.Table]:
+    """Tracks, intervals, instants, counters, flows (and empty messages) from ``ev``."""
+    _warn_quality(con, display)
+    names = _track_names(con)
+    category = _category_sql(names["process"])
+    xv = con.sql(f"SELECT *, {category} AS category FROM ev WHERE {_COMPLETE}").to_arrow_table()
+    con.register("xv", xv)
+    n_inferred = _scalar(con, "SELECT count(*) FROM xv WHERE cat IS NULL AND category <> 'other'")
+    if n_inferred:
+        _warn(f"{display}: {n_inferred} event(s) without 'cat'; category inferred from "
+              "process names (rocprof style)")
+    tracks, track_map = _tracks(con, names)
+    con.register("trk", track_map)
     return {
         "tracks": tracks,
-        "intervals": intervals,
-        "instants": _instants(instants_src, track_of, names["process"]),
-        "counters": _counters(counters_src, track_of),
-        "flows": _flows(flows_src, track_of),
+        "intervals": _intervals(con),
+        "instants": _instants(con),
+        "counters": _counters(con),
+        "flows": _flows(con),
         "messages": empty_table("messages").drop_columns(["rank"]),
     }
 
@@ -67,129 +62,134 @@ def _warn(message: str) -> None:
     warnings.warn(message, DataQualityWarning, stacklevel=3)
 
 
-def _track_names(meta: pl.DataFrame) -> dict[str, dict[Any, str]]:
+def _scalar(con: duckdb.DuckDBPyConnection, sql: str) -> Any:
+    rows = con.sql(sql).fetchall()
+    return rows[0][0] if rows else None
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _warn_quality(con: duckdb.DuckDBPyConnection, display: str) -> None:
+    no_phase = _scalar(con, "SELECT count(*) FROM ev WHERE ph IS NULL")
+    if no_phase:
+        _warn(f"{display}: {no_phase} event(s) without 'ph' skipped "
+              "(nothing to place on a timeline)")
+    negative = _scalar(con, f"SELECT count(*) FROM ev WHERE {_COMPLETE} AND dur_ns < 0")
+    if negative:
+        _warn(f"{display}: {negative} event(s) with negative duration clipped to 0")
+
+
+def _track_names(con: duckdb.DuckDBPyConnection) -> dict[str, dict[Any, str]]:
     """process_name / process_labels per pid and thread_name per (pid, tid)."""
     proc: dict[Any, str] = {}
     labels: dict[Any, str] = {}
     thread: dict[Any, str] = {}
-    wanted = meta.filter(pl.col("name").is_in(["process_name", "process_labels", "thread_name"]))
-    for row in wanted.select("name", "pid", "tid", "a").iter_rows():
-        kind, pid, tid, args = row
-        args = args or {}
-        if kind == "process_name" and args.get("name"):
-            proc[pid] = args["name"]
-        elif kind == "process_labels" and args.get("labels"):
-            labels[pid] = args["labels"]
-        elif kind == "thread_name" and args.get("name"):
-            thread[(pid, tid)] = args["name"]
-    # Kineto names GPU processes by label ("GPU 0"); the name is the host process name.
+    rows = con.execute(
+        "SELECT name, pid, tid, a.name, a.labels FROM ev WHERE ph = 'M' "
+        "AND name IN ('process_name', 'process_labels', 'thread_name')"
+    ).fetchall()
+    for kind, pid, tid, arg_name, arg_labels in rows:
+        if kind == "process_name" and arg_name:
+            proc[pid] = arg_name
+        elif kind == "process_labels" and arg_labels:
+            labels[pid] = arg_labels
+        elif kind == "thread_name" and arg_name:
+            thread[(pid, tid)] = arg_name
+    # Kineto labels GPU processes ("GPU 0"); their process_name is the host program's.
     process = {pid: labels.get(pid, name) for pid, name in proc.items()}
     process.update({pid: lab for pid, lab in labels.items() if pid not in process})
     return {"process": process, "thread": thread}
 
 
-def _categorise(df: pl.DataFrame, process: dict[Any, str], display: str) -> pl.DataFrame:
-    """Add ``category`` (canonical) from ``cat`` and name rules."""
-    by_process = {pid: category_from_process_name(name) for pid, name in process.items()}
-    inferred = {pid: cat for pid, cat in by_process.items() if cat is not None}
-    base = pl.col("cat").replace_strict(KINETO_CATEGORIES, default="other",
-                                        return_dtype=pl.String)
-    from_pid = pl.col("pid").replace_strict(inferred, default="other", return_dtype=pl.String)
-    category = pl.when(pl.col("cat").is_null()).then(from_pid).otherwise(base)
-    df = df.with_columns(category.alias("category"))
-    n_inferred = df.filter(pl.col("cat").is_null() & (pl.col("category") != "other")).height
-    if n_inferred:
-        _warn(f"{display}: {n_inferred} event(s) without 'cat'; category inferred from "
-              "process names (rocprof style)")
-    comm = (pl.col("category") == "kernel") & pl.col("name").str.contains(
-        "(?i)" + COMM_KERNEL_RE.pattern
-    )
-    step = pl.col("category").is_in(["annotation", "cpu_op"]) & pl.col("name").str.contains(
-        STEP_RE.pattern
-    )
-    return df.with_columns(
-        pl.when(comm).then(pl.lit("comm_kernel"))
-        .when(step).then(pl.lit("step"))
-        .otherwise(pl.col("category")).alias("category")
+def _category_sql(process: dict[Any, str]) -> str:
+    """SQL expression: canonical category of an ``ev`` row."""
+    base = "CASE cat " + " ".join(
+        f"WHEN {_quote(src)} THEN {_quote(dst)}" for src, dst in KINETO_CATEGORIES.items()
+    ) + " ELSE 'other' END"
+    inferred = {pid: category_from_process_name(name) for pid, name in process.items()}
+    by_pid = "CASE pid " + " ".join(
+        f"WHEN {_quote(pid)} THEN {_quote(cat)}" for pid, cat in inferred.items()
+        if cat is not None and pid is not None
+    ) + " ELSE 'other' END" if any(inferred.values()) else "'other'"
+    mapped = f"(CASE WHEN cat IS NULL THEN {by_pid} ELSE {base} END)"
+    return (
+        f"CASE WHEN {mapped} = 'kernel' AND regexp_matches(name, {_quote(COMM_KERNEL_RE.pattern)},"
+        " 'i') THEN 'comm_kernel' "
+        f"WHEN {mapped} IN ('annotation', 'cpu_op') AND regexp_matches(name, "
+        f"{_quote(STEP_RE.pattern)}) THEN 'step' ELSE {mapped} END"
     )
 
 
 def _tracks(
-    complete: pl.DataFrame,
-    instants: pl.DataFrame,
-    counters: pl.DataFrame,
-    flows: pl.DataFrame,
-    names: dict[str, dict[Any, str]],
-) -> tuple[pa.Table, pl.DataFrame]:
-    """One track per (pid, tid); returns the tracks table and a (pid, tid) -> id frame."""
-    device_flag = pl.col("category").is_in(list(DEVICE_CATEGORIES)) | pl.col("cat").is_in(
-        list(DEVICE_SOURCE_CATEGORIES)
-    )
-    per_track = complete.group_by("pid", "tid").agg(
-        device_flag.any().alias("is_device"),
-        pl.col("a").struct.field("device").drop_nulls().first().alias("arg_device"),
-        pl.col("a").struct.field("stream").drop_nulls().first().alias("arg_stream"),
-    )
-    others = pl.concat(
-        [f.select("pid", "tid") for f in (instants, counters, flows)], how="vertical"
-    ).unique()
-    counter_keys = counters.select("pid", "tid").unique().with_columns(
-        pl.lit(True).alias("is_counter")
-    )
-    keys = (
-        per_track.join(others, on=["pid", "tid"], how="full", coalesce=True, nulls_equal=True)
-        .join(counter_keys, on=["pid", "tid"], how="left", nulls_equal=True)
-        .with_columns(pl.col("is_device").fill_null(False), pl.col("is_counter").fill_null(False))
-        .sort(["is_device", "pid", "tid"], nulls_last=True)
-        .with_row_index("track_id")
-    )
-    rows: dict[str, list[Any]] = {k: [] for k in (
+    con: duckdb.DuckDBPyConnection, names: dict[str, dict[Any, str]]
+) -> tuple[pa.Table, pa.Table]:
+    """One track per (pid, tid): the tracks table, and a (pid, tid) -> track_id map."""
+    device_cats = ", ".join(_quote(c) for c in sorted(DEVICE_CATEGORIES))
+    device_src = ", ".join(_quote(c) for c in sorted(DEVICE_SOURCE_CATEGORIES))
+    keys = con.sql(f"""
+        WITH x AS (
+          SELECT pid, tid,
+                 bool_or(category IN ({device_cats}) OR cat IN ({device_src})) AS is_device,
+                 first(a.device ORDER BY a.device NULLS LAST) AS arg_device,
+                 first(a.stream ORDER BY a.stream NULLS LAST) AS arg_stream
+          FROM xv GROUP BY pid, tid
+        ), o AS (
+          SELECT pid, tid, bool_or(ph = 'C') AS is_counter FROM ev
+          WHERE ph IS NOT NULL AND ph <> 'M' AND NOT ({_COMPLETE}) GROUP BY pid, tid
+        )
+        SELECT * FROM (
+          SELECT coalesce(x.pid, o.pid) AS pid, coalesce(x.tid, o.tid) AS tid,
+                 coalesce(x.is_device, false) AS is_device, arg_device, arg_stream,
+                 coalesce(o.is_counter, false) AND x.pid IS NULL AS is_counter
+          FROM x FULL OUTER JOIN o
+            ON x.pid = o.pid AND x.tid = o.tid
+        ) ORDER BY is_device, TRY_CAST(pid AS BIGINT) NULLS LAST, pid,
+                 TRY_CAST(tid AS BIGINT) NULLS LAST, tid
+    """).fetchall()
+    cols: dict[str, list[Any]] = {k: [] for k in (
         "track_id", "kind", "name", "pid", "tid", "device", "stream", "source_pid", "source_tid"
     )}
-    process = names["process"]
-    thread = names["thread"]
-    for rec in keys.iter_rows(named=True):
-        pid, tid = rec["pid"], rec["tid"]
-        pid_int, tid_int = _as_int(pid), _as_int(tid)
-        label = process.get(pid, "")
-        accel = bool(_ACCELERATOR_LABEL.search(label))
-        if rec["is_device"]:
+    process, thread = names["process"], names["thread"]
+    for track_id, (pid, tid, is_device, arg_device, arg_stream, is_counter) in enumerate(keys):
+        pid_int, label = _as_int(pid), process.get(pid, "")
+        if is_device:
             kind = "gpu_stream"
-            device = rec["arg_device"] if rec["arg_device"] is not None else pid_int
-            stream = rec["arg_stream"] if rec["arg_stream"] is not None else _digits(tid)
-        elif accel and pid_int is not None:
+            device = arg_device if arg_device is not None else pid_int
+            stream = arg_stream if arg_stream is not None else _digits(tid)
+        elif _ACCELERATOR_LABEL.search(label) and pid_int is not None:
             kind, device, stream = "device", pid_int, _digits(tid)
-        elif rec["is_counter"]:
+        elif is_counter:
             kind, device, stream = "counter", -1, -1
-        elif pid_int is None:
-            kind, device, stream = "other", -1, -1
         else:
-            kind, device, stream = "host_thread", -1, -1
-        name = thread.get((pid, tid)) or (
-            f"{label} stream {stream}" if kind == "gpu_stream" and label else None
-        ) or (f"{pid}/{tid}" if tid is not None else str(pid))
-        rows["track_id"].append(rec["track_id"])
-        rows["kind"].append(kind)
-        rows["name"].append(name)
-        rows["pid"].append(pid_int)
-        rows["tid"].append(tid_int)
-        rows["device"].append(-1 if device is None else device)
-        rows["stream"].append(-1 if stream is None else stream)
-        rows["source_pid"].append(pid)
-        rows["source_tid"].append(tid)
+            kind, device, stream = ("host_thread" if pid_int is not None else "other"), -1, -1
+        pid_src, tid_src = pid or None, tid or None
+        default = f"{label} stream {stream}" if kind == "gpu_stream" and label else f"{pid}/{tid}"
+        for key, value in (
+            ("track_id", track_id), ("kind", kind), ("name", thread.get((pid, tid)) or default),
+            ("pid", pid_int), ("tid", _as_int(tid)), ("device", -1 if device is None else device),
+            ("stream", -1 if stream is None else stream), ("source_pid", pid_src), ("source_tid", tid_src),
+        ):
+            cols[key].append(value)
     tracks = pa.table({
-        "track_id": pa.array(rows["track_id"], pa.int32()),
-        "kind": pa.array(rows["kind"], pa.string()),
-        "name": pa.array(rows["name"], pa.string()),
-        "pid": pa.array(rows["pid"], pa.int64()),
-        "tid": pa.array(rows["tid"], pa.int64()),
-        "device": pa.array(rows["device"], pa.int32()),
-        "stream": pa.array(rows["stream"], pa.int64()),
-        "source_pid": pa.array(rows["source_pid"], pa.string()),
-        "source_tid": pa.array(rows["source_tid"], pa.string()),
+        "track_id": pa.array(cols["track_id"], pa.int32()),
+        "kind": pa.array(cols["kind"], pa.string()),
+        "name": pa.array(cols["name"], pa.string()),
+        "pid": pa.array(cols["pid"], pa.int64()),
+        "tid": pa.array(cols["tid"], pa.int64()),
+        "device": pa.array(cols["device"], pa.int32()),
+        "stream": pa.array(cols["stream"], pa.int64()),
+        "source_pid": pa.array(cols["source_pid"], pa.string()),
+        "source_tid": pa.array(cols["source_tid"], pa.string()),
     })
-    track_of = keys.select("pid", "tid", pl.col("track_id").cast(pl.Int32), "is_device")
-    return tracks, track_of
+    track_map = pa.table({
+        "pid": pa.array([k[0] for k in keys], pa.string()),
+        "tid": pa.array([k[1] for k in keys], pa.string()),
+        "track_id": tracks["track_id"],
+        "is_device": pa.array([k[2] for k in keys], pa.bool_()),
+    })
+    return tracks, track_map
 
 
 def _as_int(value: str | None) -> int | None:
@@ -203,141 +203,116 @@ def _as_int(value: str | None) -> int | None:
 
 def _digits(value: str | None) -> int | None:
     """Trailing integer of a tid like ``7`` or ``stream 7``."""
-    if value is None:
-        return None
-    tail = value.rsplit(" ", 1)[-1]
-    return _as_int(tail)
+    return None if value is None else _as_int(value.rsplit(" ", 1)[-1])
 
 
-def _with_track(df: pl.DataFrame, track_of: pl.DataFrame) -> pl.DataFrame:
-    return df.join(track_of, on=["pid", "tid"], how="left", nulls_equal=True)
+def _intervals(con: duckdb.DuckDBPyConnection) -> pa.Table:
+    table = con.sql(f"""
+        SELECT trk.track_id, ts_ns AS start_ns, ts_ns + greatest(dur_ns, 0) AS end_ns,
+          greatest(dur_ns, 0) AS dur_ns, ev.name, category, cat AS source_category,
+          a.correlation AS correlation, a."External id" AS external_id,
+          CASE WHEN trk.is_device THEN a.device END AS device,
+          CASE WHEN trk.is_device THEN a.stream END AS stream,
+          a.bytes AS bytes, a."Collective name" AS collective,
+          a."Process Group Name" AS process_group, a."Process Group Ranks" AS group_ranks,
+          a."In msg nelems" AS in_msg_nelems, a."Out msg nelems" AS out_msg_nelems,
+          a.dtype AS dtype, a.grid AS grid, a.block AS block,
+          CASE WHEN category = 'memcpy'
+               THEN nullif(regexp_extract(ev.name, '^Memcpy\\s+(\\w+)', 1), '') END AS memcpy_kind,
+          args, trk.is_device
+        FROM xv AS ev JOIN trk ON {_ON_TRACK}
+    """).to_arrow_table()
+    track = table.column("track_id").to_numpy().astype(np.int64)
+    order = sort_for_nesting(track, table.column("start_ns").to_numpy(),
+                             table.column("end_ns").to_numpy())
+    table = table.take(order)
+    track = track[order]
+    start = table.column("start_ns").to_numpy()
+    end = table.column("end_ns").to_numpy()
+    depth = nesting_depth(track, start, end)
+    steps = _steps(table, start)
+    table = table.drop_columns(["is_device"])
+    table = table.append_column("depth", pa.array(depth, pa.int32()))
+    return table.append_column("step", pa.array(steps, pa.int32()))
 
 
-def _intervals(df: pl.DataFrame, track_of: pl.DataFrame, display: str) -> pa.Table:
-    df = _with_track(df, track_of)
-    negative = df.filter(pl.col("dur_ns") < 0).height
-    if negative:
-        _warn(f"{display}: {negative} event(s) with negative duration clipped to 0")
-    a = pl.col("a").struct
-    df = df.with_columns(
-        pl.col("dur_ns").clip(lower_bound=0),
-    ).with_columns(
-        (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
-        a.field("correlation").alias("correlation"),
-        a.field("External id").alias("external_id"),
-        pl.when(pl.col("is_device")).then(a.field("device")).alias("device"),
-        pl.when(pl.col("is_device")).then(a.field("stream")).alias("stream"),
-        a.field("bytes").alias("bytes"),
-        a.field("Collective name").alias("collective"),
-        a.field("Process Group Name").alias("process_group"),
-        a.field("Process Group Ranks").alias("group_ranks"),
-        a.field("In msg nelems").alias("in_msg_nelems"),
-        a.field("Out msg nelems").alias("out_msg_nelems"),
-        a.field("dtype").alias("dtype"),
-        a.field("grid").alias("grid"),
-        a.field("block").alias("block"),
-        pl.when(pl.col("category") == "memcpy")
-        .then(pl.col("name").str.extract(r"^Memcpy\s+(\w+)", 1)).alias("memcpy_kind"),
-    ).rename({"ts_ns": "start_ns", "cat": "source_category"})
-    df = _assign_steps(df)
-    track = df.get_column("track_id").to_numpy().astype(np.int64)
-    start = df.get_column("start_ns").to_numpy()
-    end = df.get_column("end_ns").to_numpy()
-    order = sort_for_nesting(track, start, end)
-    df = df[order]
-    depth = nesting_depth(track[order], start[order], end[order])
-    df = df.with_columns(pl.Series("depth", depth, dtype=pl.Int32))
-    return df.select(
-        "track_id", "start_ns", "end_ns", "dur_ns", "name", "category", "source_category",
-        "depth", "correlation", "external_id", "step", "bytes", "device", "stream",
-        "collective", "process_group", "group_ranks", "in_msg_nelems", "out_msg_nelems",
-        "dtype", "grid", "block", "memcpy_kind", "args",
-    ).to_arrow()
-
-
-def _assign_steps(df: pl.DataFrame) -> pl.DataFrame:
+def _steps(table: pa.Table, start: np.ndarray[Any, np.dtype[np.int64]]) -> Any:
     """HTA's rule: host events take the step whose range holds their start; device events
     take the step of the host launch with the same correlation id; else -1."""
-    steps = df.filter(pl.col("category") == "step").select(
-        "start_ns", "end_ns",
-        pl.col("name").str.extract(r"#\s*(\d+)", 1).cast(pl.Int64).alias("n"),
-    )
-    host_step = step_of_time(
-        df.get_column("start_ns").to_numpy(),
-        steps.get_column("start_ns").to_numpy(),
-        steps.get_column("end_ns").to_numpy(),
-        steps.get_column("n").to_numpy(),
-    )
-    df = df.with_columns(pl.Series("host_step", host_step))
+    category = table.column("category").to_numpy(zero_copy_only=False)
+    is_step = category == "step"
+    names = table.column("name").to_numpy(zero_copy_only=False)[is_step]
+    numbers = np.array([int(STEP_RE.match(n).group(1)) for n in names], dtype=np.int64)  # type: ignore[union-attr]
+    end = table.column("end_ns").to_numpy()
+    host_step = step_of_time(start, start[is_step], end[is_step], numbers)
+    frame = pl.DataFrame({
+        "correlation": table.column("correlation").to_numpy(zero_copy_only=False),
+        "is_device": table.column("is_device").to_numpy(zero_copy_only=False),
+        "host_step": host_step,
+    })
     launches = (
-        df.filter(~pl.col("is_device") & pl.col("correlation").is_not_null())
+        frame.filter(~pl.col("is_device") & pl.col("correlation").is_not_null())
         .group_by("correlation").agg(pl.col("host_step").first().alias("launch_step"))
     )
-    df = df.join(launches, on="correlation", how="left")
-    step = pl.when(pl.col("is_device")).then(pl.col("launch_step").fill_null(-1)).otherwise(
-        pl.col("host_step")
+    out = frame.join(launches, on="correlation", how="left", maintain_order="left").select(
+        pl.when(pl.col("is_device")).then(pl.col("launch_step").fill_null(-1))
+        .otherwise(pl.col("host_step"))
     )
-    return df.with_columns(step.cast(pl.Int32).alias("step")).drop("host_step", "launch_step")
+    return out.to_series().to_numpy()
 
 
-def _instants(df: pl.DataFrame, track_of: pl.DataFrame, process: dict[Any, str]) -> pa.Table:
-    df = _with_track(df, track_of)
-    category = pl.col("cat").replace_strict(KINETO_CATEGORIES, default="other",
-                                            return_dtype=pl.String)
-    return df.select(
-        "track_id",
-        "ts_ns",
-        "name",
-        category.alias("category"),
-        pl.col("cat").alias("source_category"),
-        pl.col("ph").alias("phase"),
-        "scope",
-        "args",
-    ).to_arrow()
+def _instants(con: duckdb.DuckDBPyConnection) -> pa.Table:
+    category = _category_sql({})
+    return con.sql(f"""
+        SELECT trk.track_id, ts_ns, ev.name, {category} AS category, cat AS source_category,
+               ph AS phase, scope, args
+        FROM ev JOIN trk ON {_ON_TRACK}
+        WHERE ph IS NOT NULL AND ph NOT IN ('M', 'C', 's', 'f', 't') AND NOT ({_COMPLETE})
+        ORDER BY trk.track_id, ts_ns
+    """).to_arrow_table()
 
 
-def _counters(df: pl.DataFrame, track_of: pl.DataFrame) -> pa.Table:
-    """Chrome 'C' events: every key of ``args`` is one series."""
-    df = _with_track(df, track_of)
-    track_ids: list[int] = []
-    ts: list[int] = []
-    names: list[str] = []
-    values: list[float | None] = []
-    for track_id, ts_ns, name, args in df.select("track_id", "ts_ns", "name", "args").iter_rows():
-        series = json.loads(args) if args else {}
-        for key, value in series.items():
-            track_ids.append(track_id)
-            ts.append(ts_ns)
-            names.append(f"{name}.{key}" if name and key != name else key)
-            values.append(float(value) if isinstance(value, int | float) else None)
+def _counters(con: duckdb.DuckDBPyConnection) -> pa.Table:
+    """Chrome 'C' events: every key of ``args`` is one series named ``name.key``."""
+    rows = con.execute(
+        f"SELECT trk.track_id, ts_ns, ev.name, args FROM ev JOIN trk ON {_ON_TRACK} "
+        "WHERE ph = 'C' ORDER BY trk.track_id, ts_ns"
+    ).fetchall()
+    cols: dict[str, list[Any]] = {"track_id": [], "ts_ns": [], "name": [], "value": []}
+    for track_id, ts_ns, name, args in rows:
+        for key, value in (json.loads(args) if args else {}).items():
+            cols["track_id"].append(track_id)
+            cols["ts_ns"].append(ts_ns)
+            cols["name"].append(f"{name}.{key}" if name and key != name else key)
+            cols["value"].append(float(value) if isinstance(value, int | float) else None)
     return pa.table({
-        "track_id": pa.array(track_ids, pa.int32()),
-        "ts_ns": pa.array(ts, pa.int64()),
-        "name": pa.array(names, pa.string()),
-        "value": pa.array(values, pa.float64()),
+        "track_id": pa.array(cols["track_id"], pa.int32()),
+        "ts_ns": pa.array(cols["ts_ns"], pa.int64()),
+        "name": pa.array(cols["name"], pa.string()),
+        "value": pa.array(cols["value"], pa.float64()),
     })
 
 
-def _flows(df: pl.DataFrame, track_of: pl.DataFrame) -> pa.Table:
+def _flows(con: duckdb.DuckDBPyConnection) -> pa.Table:
     """Pair flow starts ('s') with ends ('f' or 't'): the k-th start of a (category, id)
-    pairs with its k-th end, so repeated ids are kept, and unmatched ends keep null sides."""
-    df = _with_track(df, track_of).with_columns(
-        pl.coalesce("cat", "name").alias("flow_name"), pl.col("id").fill_null("")
-    )
-    key = ["flow_name", "id"]
-
-    def side(frame: pl.DataFrame, prefix: str) -> pl.DataFrame:
-        return frame.sort("ts_ns").select(
-            *key,
-            pl.int_range(pl.len()).over(key).alias("k"),
-            pl.col("track_id").alias(f"{prefix}_track_id"),
-            pl.col("ts_ns").alias(f"{prefix}_ts_ns"),
+    pairs with its k-th end, so repeated ids are kept and unmatched ends keep null sides."""
+    return con.sql(f"""
+        WITH f AS (
+          SELECT coalesce(cat, ev.name) AS flow_name, coalesce(id, '') AS id, ph,
+                 trk.track_id, ts_ns
+          FROM ev JOIN trk ON {_ON_TRACK} WHERE ph IN ('s', 'f', 't')
+        ), s AS (
+          SELECT flow_name, id, track_id AS src_track_id, ts_ns AS src_ts_ns,
+                 row_number() OVER (PARTITION BY flow_name, id ORDER BY ts_ns) AS k
+          FROM f WHERE ph = 's'
+        ), e AS (
+          SELECT flow_name, id, track_id AS dst_track_id, ts_ns AS dst_ts_ns,
+                 row_number() OVER (PARTITION BY flow_name, id ORDER BY ts_ns) AS k
+          FROM f WHERE ph <> 's'
         )
-
-    starts = side(df.filter(pl.col("ph") == "s"), "src")
-    ends = side(df.filter(pl.col("ph") != "s"), "dst")
-    paired = starts.join(ends, on=[*key, "k"], how="full", coalesce=True, nulls_equal=True)
-    return paired.select(
-        pl.col("id").alias("flow_id"), pl.col("flow_name").alias("name"),
-        "src_track_id", "src_ts_ns", "dst_track_id", "dst_ts_ns",
-    ).to_arrow()
+        SELECT coalesce(s.id, e.id) AS flow_id, coalesce(s.flow_name, e.flow_name) AS name,
+               src_track_id, src_ts_ns, dst_track_id, dst_ts_ns
+        FROM s FULL OUTER JOIN e
+          ON s.flow_name IS NOT DISTINCT FROM e.flow_name AND s.id = e.id AND s.k = e.k
+        ORDER BY coalesce(src_ts_ns, dst_ts_ns)
+    """).to_arrow_table()

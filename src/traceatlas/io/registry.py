@@ -21,8 +21,8 @@ class Reader(Protocol):
         """True when ``head`` (the first decompressed bytes) looks like this format."""
         ...
 
-    def read(self, data: bytes, source: Source, *, threads: int) -> RankData:
-        """Parse one decompressed file into canonical tables for one rank."""
+    def read(self, source: Source, *, threads: int) -> RankData:
+        """Parse one file into canonical tables for one rank."""
         ...
 
 
@@ -40,9 +40,9 @@ def get_reader(name: str) -> Reader:
     return reader
 
 
-def detect(data: bytes, source: Source) -> Reader:
-    """The first registered reader that recognises ``data``; a clear error otherwise."""
-    head = data[:4096]
+def detect(source: Source) -> Reader:
+    """The first registered reader that recognises the file; a clear error otherwise."""
+    head = source.head()
     for name in READERS:
         reader = get_reader(name)
         if reader.sniff(head, source):

@@ -10,6 +10,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from traceatlas.errors import CorruptTraceError, InputNotFoundError
 
@@ -59,6 +60,28 @@ class Source:
                     self.display, f"truncated or corrupt gzip data ({exc})"
                 ) from exc
         return raw
+
+    def head(self, size: int = 4096) -> bytes:
+        """The first ``size`` decompressed bytes (enough to sniff the format)."""
+        try:
+            with self._open() as raw:
+                start = raw.read(2)
+                rest = raw.read(size)
+            if start == b"\x1f\x8b":
+                with self._open() as raw, gzip.open(raw) as unzipped:
+                    return unzipped.read(size)
+            return start + rest
+        except (OSError, EOFError, zlib.error, tarfile.TarError) as exc:
+            raise CorruptTraceError(self.display, f"cannot read file ({exc})") from exc
+
+    def _open(self) -> IO[bytes]:
+        if self.member is None:
+            return open(self.path, "rb")
+        tar = tarfile.open(self.path)
+        handle = tar.extractfile(self.member)
+        if handle is None:
+            raise CorruptTraceError(self.display, "archive member is not a file")
+        return handle
 
     def identity(self) -> dict[str, object]:
         """Size, mtime and a sampled hash of the file on disk, to detect changes."""
