@@ -14,7 +14,7 @@ from traceatlas.store.cache import cache_path, is_fresh
 from traceatlas.store.manifest import is_store
 
 
-def open(  # noqa: A001 - the public name the design asks for
+def open(
     path: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     *,
     engine: str | Engine | None = None,

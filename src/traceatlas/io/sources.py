@@ -7,9 +7,9 @@ import hashlib
 import os
 import tarfile
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO
 
 from traceatlas.errors import CorruptTraceError, InputNotFoundError
@@ -42,14 +42,8 @@ class Source:
     def read_bytes(self) -> bytes:
         """The decompressed bytes of the file."""
         try:
-            if self.member is None:
-                raw = Path(self.path).read_bytes()
-            else:
-                with tarfile.open(self.path) as tar:
-                    handle = tar.extractfile(self.member)
-                    if handle is None:
-                        raise CorruptTraceError(self.display, "archive member is not a file")
-                    raw = handle.read()
+            with self._open() as fh:
+                raw = fh.read()
         except (OSError, tarfile.TarError) as exc:
             raise CorruptTraceError(self.display, f"cannot read file ({exc})") from exc
         if raw[:2] == b"\x1f\x8b":
@@ -65,23 +59,26 @@ class Source:
         """The first ``size`` decompressed bytes (enough to sniff the format)."""
         try:
             with self._open() as raw:
-                start = raw.read(2)
-                rest = raw.read(size)
-            if start == b"\x1f\x8b":
-                with self._open() as raw, gzip.open(raw) as unzipped:
-                    return unzipped.read(size)
-            return start + rest
+                start = raw.read(size)
+            if start[:2] != b"\x1f\x8b":
+                return start
+            with self._open() as raw, gzip.open(raw) as unzipped:
+                return unzipped.read(size)
         except (OSError, EOFError, zlib.error, tarfile.TarError) as exc:
             raise CorruptTraceError(self.display, f"cannot read file ({exc})") from exc
 
-    def _open(self) -> IO[bytes]:
+    @contextmanager
+    def _open(self) -> Iterator[IO[bytes]]:
+        """The raw (possibly compressed) byte stream of the file or archive member."""
         if self.member is None:
-            return open(self.path, "rb")
-        tar = tarfile.open(self.path)
-        handle = tar.extractfile(self.member)
-        if handle is None:
-            raise CorruptTraceError(self.display, "archive member is not a file")
-        return handle
+            with open(self.path, "rb") as fh:
+                yield fh
+            return
+        with tarfile.open(self.path) as tar:
+            handle = tar.extractfile(self.member)
+            if handle is None:
+                raise CorruptTraceError(self.display, "archive member is not a file")
+            yield handle
 
     def identity(self) -> dict[str, object]:
         """Size, mtime and a sampled hash of the file on disk, to detect changes."""

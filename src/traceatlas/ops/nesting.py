@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import numpy.typing as npt
 
@@ -31,7 +33,7 @@ def nesting_depth(track: IntArray, start: IntArray, end: IntArray) -> IntArray:
         return depth
     bounds = np.flatnonzero(np.diff(track)) + 1
     edges = np.concatenate(([0], bounds, [n]))
-    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+    for lo, hi in itertools.pairwise(edges):
         seg_start = start[lo:hi]
         ended = np.searchsorted(np.sort(end[lo:hi]), seg_start, side="right")
         depth[lo:hi] = np.arange(hi - lo) - ended
