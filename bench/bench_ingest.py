@@ -34,6 +34,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from measure import system_busy_s
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 SHARED = REPO_ROOT.parent / "shared"
@@ -76,6 +78,8 @@ class Run:
     cmd: list[str]
     ok: bool
     wall_s: float | None = None
+    cpu_s: float | None = None
+    other_cpu_s: float | None = None
     peak_rss_bytes: int | None = None
     maxrss_bytes: int | None = None
     tree_rss_peak_bytes: int | None = None
@@ -184,6 +188,8 @@ def measure(tool: str, cmd: list[str], log_stem: Path, timeout: float | None) ->
         cmd,
         ok=rec["returncode"] == 0 and not rec["timed_out"],
         wall_s=rec["wall_s"],
+        cpu_s=rec["cpu_s"],
+        other_cpu_s=rec["other_cpu_s"],
         peak_rss_bytes=max(peaks, default=None),
         maxrss_bytes=rec["maxrss_bytes"],
         tree_rss_peak_bytes=rec["tree_rss_peak_bytes"],
@@ -203,8 +209,30 @@ def best_of(runs: list[Run]) -> Run:
     best = min(ok, key=lambda r: r.wall_s or float("inf"))
     best.peak_rss_bytes = max(r.peak_rss_bytes or 0 for r in ok) or None
     if len(runs) > 1:
-        best.detail["repeats_wall_s"] = [r.wall_s for r in runs]
+        best.detail["repeats"] = [
+            {"wall_s": r.wall_s, "cpu_s": r.cpu_s, "other_cores": other_cores(r)} for r in runs
+        ]
     return best
+
+
+def other_cores(run: Run) -> float | None:
+    """Average cores used by other work on the machine during ``run``."""
+    if run.wall_s and run.other_cpu_s is not None:
+        return run.other_cpu_s / run.wall_s
+    return None
+
+
+def wait_idle(max_wait_s: float, threshold_cores: float = 0.25) -> None:
+    """Wait (up to ``max_wait_s``) until the machine is idle for 2 s."""
+    deadline = time.monotonic() + max_wait_s
+    while time.monotonic() < deadline:
+        b0 = system_busy_s()
+        time.sleep(2.0)
+        busy = (system_busy_s() - b0) / 2.0
+        if busy < threshold_cores:
+            return
+        print(f"  waiting for idle machine ({busy:.2f} cores busy)", flush=True)
+        time.sleep(8.0)
 
 
 HTA_SNIPPET = """\
@@ -231,8 +259,19 @@ def raw_decode_cmd(files: list[Path]) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "--raw-decode-worker", *map(str, files)]
 
 
+def display(cmd: list[str]) -> str:
+    """Shell form of ``cmd`` for logs, with inline ``-c`` programs elided."""
+    return shlex.join("<program>" if "\n" in arg else arg for arg in cmd)
+
+
 def raw_decode_worker(files: list[str]) -> None:
-    """Time file read + untyped msgspec decode of each file (sequentially)."""
+    """Time file read + untyped msgspec decode of each file (sequentially).
+
+    The cyclic GC is disabled during decode (as a tuned loader would do): with
+    it on, untyped decode of ~1M events spends about 40% of its time in GC.
+    """
+    import gc
+
     import msgspec
 
     read_s = decode_s = 0.0
@@ -241,8 +280,10 @@ def raw_decode_worker(files: list[str]) -> None:
         t0 = time.perf_counter()
         data = Path(name).read_bytes()
         t1 = time.perf_counter()
+        gc.disable()
         obj = msgspec.json.decode(data)
         t2 = time.perf_counter()
+        gc.enable()
         read_s, decode_s = read_s + (t1 - t0), decode_s + (t2 - t1)
         events += len(obj.get("traceEvents", ()))
         del obj, data
@@ -290,6 +331,7 @@ class Options:
     skip_raw: bool
     repeat: int
     timeout: float | None
+    wait_idle: float
 
 
 def run_case(case: Case, opt: Options) -> CaseResult:
@@ -300,9 +342,7 @@ def run_case(case: Case, opt: Options) -> CaseResult:
     logs.mkdir(parents=True, exist_ok=True)
     # Raw decode first: it also warms the page cache for the tools after it.
     if not opt.skip_raw:
-        res.runs["raw"] = measure(
-            "raw", raw_decode_cmd(files), logs / f"{case.name}-raw", opt.timeout
-        )
+        res.runs["raw"] = repeat(opt, "raw", raw_decode_cmd(files), logs / f"{case.name}-raw")
     if not opt.skip_hta:
         fits, msg = hta_fits(case, res.input_bytes // max(len(files), 1))
         print(f"[{case.name}] {msg}", flush=True)
@@ -333,9 +373,16 @@ def repeat(
     for i in range(opt.repeat):
         if cleanup is not None and cleanup.exists():
             shutil.rmtree(cleanup) if cleanup.is_dir() else cleanup.unlink()
-        print(f"[{log_stem.name}] run {i + 1}/{opt.repeat}: {shlex.join(cmd)[:160]}", flush=True)
+        if opt.wait_idle:
+            wait_idle(opt.wait_idle)
+        print(f"[{log_stem.name}] run {i + 1}/{opt.repeat}: {display(cmd)}", flush=True)
         run = measure(tool, cmd, log_stem, opt.timeout)
-        status = f"{run.wall_s:.1f}s, peak {gb(run.peak_rss_bytes)} GB" if run.ok else "FAILED"
+        status = (
+            f"{run.wall_s:.1f}s wall, {fmt(run.cpu_s)}s CPU, peak {gb(run.peak_rss_bytes)} GB, "
+            f"other load {fmt(other_cores(run), '.2f')} cores"
+            if run.ok
+            else "FAILED"
+        )
         print(f"[{log_stem.name}]   -> {status}", flush=True)
         if run.error:
             print(f"[{log_stem.name}]   {run.error}", file=sys.stderr, flush=True)
@@ -403,6 +450,8 @@ def table(results: list[CaseResult]) -> str:
         "memory ratio HTA/ta",
         "raw read+decode s",
         "ta / raw decode",
+        "HTA CPU s",
+        "traceatlas CPU s",
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
@@ -417,9 +466,21 @@ def table(results: list[CaseResult]) -> str:
             times(ratio(peak(hta), peak(ta))),
             fmt(raw_s, ".2f"),
             times(ratio(wall(ta), raw_s), ".2f"),
+            fmt(None if hta is None else hta.cpu_s),
+            fmt(None if ta is None else ta.cpu_s),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def contention_notes(res: CaseResult, threshold_cores: float = 0.25) -> list[str]:
+    """Flag kept runs whose wall time overlapped other CPU work."""
+    notes = []
+    for tool, run in res.runs.items():
+        load = other_cores(run)
+        if load is not None and load > threshold_cores:
+            notes.append(f"{tool}: other work used {load:.2f} cores during the kept run")
+    return notes
 
 
 def probe(cmd: list[str]) -> str | None:
@@ -488,6 +549,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--skip-raw", action="store_true", help="skip the msgspec decode ceiling")
     ap.add_argument("--repeat", type=int, default=1, help="runs per tool; best wall kept")
     ap.add_argument("--timeout", type=float, default=3600.0, help="per run, seconds")
+    ap.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="before each run wait up to S seconds for other CPU load to drop below 0.25 cores",
+    )
     ap.add_argument("--json-out", type=Path, default=None)
     ap.add_argument("--scaler", type=Path, default=DEFAULT_SCALER)
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
@@ -512,6 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         a.skip_raw,
         max(a.repeat, 1),
         a.timeout or None,
+        a.wait_idle,
     )
     names = ALL_CASES if a.case == "all" else (a.case,)
     results: list[CaseResult] = []
@@ -524,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table(results))
     for r in results:
-        for note in r.notes:
+        for note in [*r.notes, *contention_notes(r)]:
             print(f"note ({r.case}): {note}")
     print(
         "\nMB = 1e6 bytes, GB = 1e9 bytes; wall time is the whole process "

@@ -15,6 +15,14 @@ Two memory figures are reported:
   psutil). It matters when the command forks a worker pool; pages shared
   copy-on-write are counted once per process, so it is an upper bound.
 
+CPU time is reported too, because wall time on a shared 2-core box is noisy:
+
+* ``cpu_s``: user + system CPU seconds of the command's whole tree;
+* ``other_cpu_s``: CPU seconds the rest of the machine burnt meanwhile (system
+  busy time from /proc/stat minus ``cpu_s``, so it includes this wrapper's
+  sampling); ``other_cpu_s / wall_s`` is the average number of cores taken by
+  other work, i.e. how contaminated the wall time is.
+
 The JSON line is printed on stdout; the command's own stdout/stderr go to the
 given files (or are discarded).
 """
@@ -23,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -51,6 +60,16 @@ def _tree_rss(proc: Any) -> int:
     return total
 
 
+def system_busy_s() -> float:
+    """Busy CPU seconds of the whole machine since boot, from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()[1:]
+    ticks = [int(x) for x in fields]
+    # user nice system idle iowait irq softirq steal (guest is inside user)
+    busy = sum(ticks[:3]) + sum(ticks[5:8])
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
 def _open_sink(path: str | None) -> IO[bytes] | int:
     if path is None:
         return subprocess.DEVNULL
@@ -63,6 +82,7 @@ def run(
 ) -> dict[str, Any]:
     """Run ``cmd`` to completion and return the measurement record."""
     sink_out, sink_err = _open_sink(out), _open_sink(err)
+    busy0 = system_busy_s()
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=sink_out, stderr=sink_err)
     ps = psutil.Process(proc.pid) if psutil is not None else None
@@ -78,16 +98,20 @@ def run(
             break
         time.sleep(interval)
     wall = time.perf_counter() - t0
+    busy = system_busy_s() - busy0
     for sink in (sink_out, sink_err):
         if not isinstance(sink, int):
             sink.close()
-    maxrss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = usage.ru_utime + usage.ru_stime
     return {
         "cmd": cmd,
         "returncode": proc.returncode,
         "timed_out": timed_out,
         "wall_s": wall,
-        "maxrss_bytes": maxrss_kib * 1024,
+        "cpu_s": cpu,
+        "other_cpu_s": max(busy - cpu, 0.0),
+        "maxrss_bytes": usage.ru_maxrss * 1024,  # ru_maxrss is KiB on Linux
         "tree_rss_peak_bytes": tree_peak if ps is not None else None,
     }
 

@@ -131,7 +131,9 @@ def test_dlrm_flows_pair_ac2g_ids(
         mine = flows.filter(pl.col("rank") == rank)
         assert mine.height == len(exp.ac2g_ids), f"rank {rank}"
         assert set(mine["flow_id"]) == set(exp.ac2g_ids), f"rank {rank}"
-        both = mine.filter(pl.col("src_track_id").is_not_null() & pl.col("dst_track_id").is_not_null())
+        both = mine.filter(
+            pl.col("src_track_id").is_not_null() & pl.col("dst_track_id").is_not_null()
+        )
         assert set(both["flow_id"]) == set(exp.paired), f"rank {rank}"
         # The launch -> kernel delay is the one in the file (clock offsets cancel out).
         for flow_id, src_ts, dst_ts in both.select("flow_id", "src_ts_ns", "dst_ts_ns").iter_rows():

@@ -32,7 +32,7 @@ class DaskEngine(Engine):
         if address is None:
             self._cluster = LocalCluster(
                 n_workers=n_workers, threads_per_worker=1, processes=True,
-                dashboard_address=None,
+                dashboard_address=":0",
             )
             self._client: Any = Client(self._cluster)
         else:

@@ -129,7 +129,13 @@ def _split_top_level(source: Source, events_file: BinaryIO) -> tuple[dict[str, A
         raise CorruptTraceError(source.display, "empty file")
     try:
         if stripped[:1] == b"[":
-            msgspec.json.decode(data, type=list[msgspec.Raw])
+            items = msgspec.json.decode(data, type=list[msgspec.Raw])
+            if items and bytes(items[0]).lstrip()[:1] != b"{":
+                raise UnsupportedFormatError(
+                    source.display, "JSON array whose items are not event objects; "
+                    "not a Chrome trace"
+                )
+            del items
             events_file.write(data)
             return {}, bool(stripped.strip(b"[] \n\r\t"))
         top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
@@ -170,7 +176,10 @@ def _load_events(
             )
         con.register("ev", con.sql(sql).to_arrow_table())
     except duckdb.Error as exc:
-        raise CorruptTraceError(source.display, f"traceEvents could not be parsed ({exc})") from exc
+        detail = " ".join(str(exc).split())
+        raise CorruptTraceError(
+            source.display, f"traceEvents could not be parsed ({detail})"
+        ) from exc
 
 
 def _base_time_ns(meta: dict[str, Any]) -> int:

@@ -17,6 +17,7 @@ import duckdb
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from traceatlas.errors import DataQualityWarning
 from traceatlas.model.categories import (
@@ -31,6 +32,7 @@ from traceatlas.ops.steps import step_of_time
 
 DEVICE_SOURCE_CATEGORIES = frozenset({"mtia_ccp_events"})
 _ACCELERATOR_LABEL = re.compile(r"^(GPU|MTIA|XPU|HPU|TPU|NPU)\b", re.IGNORECASE)
+_VIRTUAL_ROW = 1_000_000
 _COMPLETE = "ph = 'X' AND ts_ns IS NOT NULL AND dur_ns IS NOT NULL"
 _ON_TRACK = "ev.pid = trk.pid AND ev.tid = trk.tid"
 
@@ -41,8 +43,8 @@ def build_tables(con: duckdb.DuckDBPyConnection, display: str) -> dict[str, pa.T
     names = _track_names(con)
     category = _category_sql(names["process"])
     # Split once, then drop the full event table: peak memory stays near 2x the events.
-    con.register("xv", con.sql(
-        f"SELECT *, {category} AS category FROM ev WHERE {_COMPLETE}").to_arrow_table())
+    xv = con.sql(f"SELECT *, {category} AS category FROM ev WHERE {_COMPLETE}").to_arrow_table()
+    con.register("xv", xv)
     rest = con.sql(f"SELECT * FROM ev WHERE NOT ({_COMPLETE}) OR ph IS NULL").to_arrow_table()
     con.unregister("ev")
     con.register("ev", rest)
@@ -52,10 +54,11 @@ def build_tables(con: duckdb.DuckDBPyConnection, display: str) -> dict[str, pa.T
         _warn(f"{display}: {n_inferred} event(s) without 'cat'; category inferred from "
               "process names (rocprof style)")
     tracks, track_map = _tracks(con, names)
+    con.unregister("xv")
     con.register("trk", track_map)
     return {
         "tracks": tracks,
-        "intervals": _intervals(con),
+        "intervals": _intervals(xv, track_map),
         "instants": _instants(con),
         "counters": _counters(con),
         "flows": _flows(con),
@@ -97,11 +100,11 @@ def _track_names(con: duckdb.DuckDBPyConnection) -> dict[str, dict[Any, str]]:
     ).fetchall()
     for kind, pid, tid, arg_name, arg_labels in rows:
         if kind == "process_name" and arg_name:
-            proc[pid] = arg_name
+            proc[pid] = arg_name.strip()
         elif kind == "process_labels" and arg_labels:
-            labels[pid] = arg_labels
+            labels[pid] = arg_labels.strip()
         elif kind == "thread_name" and arg_name:
-            thread[(pid, tid)] = arg_name
+            thread[(pid, tid)] = arg_name.strip()
     # Kineto labels GPU processes ("GPU 0"); their process_name is the host program's.
     process = {pid: labels.get(pid, name) for pid, name in proc.items()}
     process.update({pid: lab for pid, lab in labels.items() if pid not in process})
@@ -164,7 +167,11 @@ def _tracks(
             device = arg_device if arg_device is not None else pid_int
             stream = arg_stream if arg_stream is not None else _digits(tid)
         elif _ACCELERATOR_LABEL.search(label) and pid_int is not None:
-            kind, device, stream = "device", pid_int, _digits(tid)
+            # e.g. Kineto's "Stream Sync" rows: tid = stream + 1,000,000 on a GPU process.
+            kind, device = "device", pid_int
+            stream = arg_stream if arg_stream is not None else _digits(tid)
+            if stream is not None and stream >= _VIRTUAL_ROW:
+                stream -= _VIRTUAL_ROW
         elif is_counter:
             kind, device, stream = "counter", -1, -1
         else:
@@ -193,7 +200,7 @@ def _tracks(
         "pid": pa.array([k[0] for k in keys], pa.string()),
         "tid": pa.array([k[1] for k in keys], pa.string()),
         "track_id": tracks["track_id"],
-        "is_device": pa.array([k[2] for k in keys], pa.bool_()),
+        "is_device": pa.array([k in ("gpu_stream", "device") for k in cols["kind"]], pa.bool_()),
     })
     return tracks, track_map
 
@@ -212,38 +219,60 @@ def _digits(value: str | None) -> int | None:
     return None if value is None else _as_int(value.rsplit(" ", 1)[-1])
 
 
-def _intervals(con: duckdb.DuckDBPyConnection) -> pa.Table:
-    table = con.sql(f"""
-        SELECT trk.track_id, ts_ns AS start_ns, ts_ns + greatest(dur_ns, 0) AS end_ns,
-          greatest(dur_ns, 0) AS dur_ns, ev.name, category, cat AS source_category,
-          a.correlation AS correlation, a."External id" AS external_id,
-          CASE WHEN trk.is_device THEN a.device END AS device,
-          CASE WHEN trk.is_device THEN a.stream END AS stream,
-          a.bytes AS bytes, a."Collective name" AS collective,
-          a."Process Group Name" AS process_group, a."Process Group Ranks" AS group_ranks,
-          a."In msg nelems" AS in_msg_nelems, a."Out msg nelems" AS out_msg_nelems,
-          a.dtype AS dtype, a.grid AS grid, a.block AS block,
-          CASE WHEN category = 'memcpy'
-               THEN nullif(regexp_extract(ev.name, '^Memcpy\\s+(\\w+)', 1), '') END AS memcpy_kind,
-          args, trk.is_device
-        FROM xv AS ev JOIN trk ON {_ON_TRACK}
-    """).to_arrow_table()
-    con.unregister("xv")
+def _intervals(xv: pa.Table, track_map: pa.Table) -> pa.Table:
+    """Interval columns straight from ``xv`` with zero-copy Arrow compute (no wide join)."""
+    key = pc.binary_join_element_wise(xv["pid"], xv["tid"], "\x00")
+    known = pc.binary_join_element_wise(track_map["pid"], track_map["tid"], "\x00")
+    row_track = pc.index_in(key, value_set=known)
+    is_device = pc.take(track_map["is_device"], row_track)
+    a = xv["a"]
+
+    def field(name: str) -> Any:
+        return pc.struct_field(a, name)
+
+    def on_device(name: str) -> Any:
+        return pc.if_else(is_device, field(name), pa.scalar(None, pa.int64()))
+
+    dur = pc.max_element_wise(xv["dur_ns"], pa.scalar(0, pa.int64()))
+    memcpy = pc.struct_field(pc.extract_regex(xv["name"], r"^Memcpy\s+(?P<kind>\w+)"), "kind")
+    table = pa.table({
+        "track_id": pc.take(track_map["track_id"], row_track),
+        "start_ns": xv["ts_ns"],
+        "end_ns": pc.add(xv["ts_ns"], dur),
+        "dur_ns": dur,
+        "name": xv["name"],
+        "category": xv["category"],
+        "source_category": xv["cat"],
+        "correlation": field("correlation"),
+        "external_id": field("External id"),
+        "device": on_device("device"),
+        "stream": on_device("stream"),
+        "bytes": field("bytes"),
+        "collective": field("Collective name"),
+        "process_group": field("Process Group Name"),
+        "group_ranks": field("Process Group Ranks"),
+        "in_msg_nelems": field("In msg nelems"),
+        "out_msg_nelems": field("Out msg nelems"),
+        "dtype": field("dtype"),
+        "grid": field("grid"),
+        "block": field("block"),
+        "memcpy_kind": pc.if_else(pc.equal(xv["category"], "memcpy"), memcpy,
+                                  pa.scalar(None, pa.string())),
+        "args": xv["args"],
+    })
     track = table.column("track_id").to_numpy().astype(np.int64)
-    order = sort_for_nesting(track, table.column("start_ns").to_numpy(),
-                             table.column("end_ns").to_numpy())
-    table = table.take(order)
-    track = track[order]
     start = table.column("start_ns").to_numpy()
     end = table.column("end_ns").to_numpy()
-    depth = nesting_depth(track, start, end)
-    steps = _steps(table, start)
-    table = table.drop_columns(["is_device"])
+    order = sort_for_nesting(track, start, end)
+    depth = np.empty(len(order), dtype=np.int64)
+    device_rows = is_device.to_numpy(zero_copy_only=False).astype(bool)
+    depth[order] = nesting_depth(track[order], start[order], end[order], device_rows[order])
+    steps = _steps(table, start, is_device)
     table = table.append_column("depth", pa.array(depth, pa.int32()))
     return table.append_column("step", pa.array(steps, pa.int32()))
 
 
-def _steps(table: pa.Table, start: np.ndarray[Any, np.dtype[np.int64]]) -> Any:
+def _steps(table: pa.Table, start: np.ndarray[Any, np.dtype[np.int64]], is_device: Any) -> Any:
     """HTA's rule: host events take the step whose range holds their start; device events
     take the step of the host launch with the same correlation id; else -1."""
     category = table.column("category").to_numpy(zero_copy_only=False)
@@ -254,7 +283,7 @@ def _steps(table: pa.Table, start: np.ndarray[Any, np.dtype[np.int64]]) -> Any:
     host_step = step_of_time(start, start[is_step], end[is_step], numbers)
     frame = pl.DataFrame({
         "correlation": table.column("correlation").to_numpy(zero_copy_only=False),
-        "is_device": table.column("is_device").to_numpy(zero_copy_only=False),
+        "is_device": is_device.to_numpy(zero_copy_only=False),
         "host_step": host_step,
     })
     launches = (

@@ -60,12 +60,17 @@ class Source:
         try:
             with self._open() as raw:
                 start = raw.read(size)
-            if start[:2] != b"\x1f\x8b":
-                return start
+        except (OSError, tarfile.TarError) as exc:
+            raise CorruptTraceError(self.display, f"cannot read file ({exc})") from exc
+        if start[:2] != b"\x1f\x8b":
+            return start
+        try:
             with self._open() as raw, gzip.open(raw) as unzipped:
                 return unzipped.read(size)
-        except (OSError, EOFError, zlib.error, tarfile.TarError) as exc:
-            raise CorruptTraceError(self.display, f"cannot read file ({exc})") from exc
+        except (OSError, EOFError, zlib.error) as exc:
+            raise CorruptTraceError(
+                self.display, f"truncated or corrupt gzip data ({exc})"
+            ) from exc
 
     @contextmanager
     def _open(self) -> Iterator[IO[bytes]]:

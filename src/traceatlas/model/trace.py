@@ -92,6 +92,6 @@ class Trace:
         try:
             return pl.from_arrow(con.sql(query).to_arrow_table())  # type: ignore[return-value]
         except duckdb.Error as exc:
-            raise StoreError(f"SQL failed: {exc}") from exc
+            raise StoreError("SQL failed: " + " ".join(str(exc).split())) from exc
         finally:
             con.close()
