@@ -62,7 +62,7 @@ SELECT
   CAST(args AS VARCHAR) AS args,
   CASE WHEN ph IN ('X', 'M') THEN json_transform(args, '{arg_struct}') END AS a
 FROM read_json(
-  '{path}', format = 'array', maximum_object_size = 2147483647,
+  '{path}', format = 'array', maximum_object_size = 16777216,
   columns = {{ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR',
              tid: 'VARCHAR', id: 'VARCHAR', s: 'VARCHAR', ts: 'DOUBLE', dur: 'DOUBLE',
              args: 'JSON'}}
@@ -97,9 +97,12 @@ class KinetoReader:
             with os.fdopen(fd, "wb") as events_file:
                 meta, has_events = _split_top_level(source, events_file)
             base_ns = _base_time_ns(meta)
-            _load_events(con, events_path if has_events else None, base_ns, source)
+            complete, rest = _load_events(
+                con, events_path if has_events else None, base_ns, source
+            )
             os.unlink(events_path)
-            tables = kineto_tables.build_tables(con, source.display)
+            tables = kineto_tables.build_tables(con, complete, rest, source.display)
+            del complete, rest
         finally:
             con.close()
             if os.path.exists(events_path):
@@ -165,21 +168,40 @@ def _split_top_level(source: Source, events_file: BinaryIO) -> tuple[dict[str, A
 
 def _load_events(
     con: duckdb.DuckDBPyConnection, path: str | None, base_ns: int, source: Source
-) -> None:
-    """Parse the ``traceEvents`` JSON array into an Arrow table registered as ``ev``."""
+) -> tuple[pa.Table, pa.Table]:
+    """Parse the ``traceEvents`` array; return (complete events, all other events).
+
+    The parse result is streamed in record batches and split as it arrives, so the full
+    event table never exists alongside its complete-event copy.
+    """
+    if path is None:
+        sql = _EMPTY_EVENTS_SQL.format(arg_struct=_ARG_STRUCT)
+    else:
+        sql = _EVENTS_SQL.format(
+            path=path.replace("'", "''"), arg_struct=_ARG_STRUCT, base_ns=int(base_ns)
+        )
+    complete: list[pa.RecordBatch] = []
+    rest: list[pa.RecordBatch] = []
     try:
-        if path is None:
-            sql = _EMPTY_EVENTS_SQL.format(arg_struct=_ARG_STRUCT)
-        else:
-            sql = _EVENTS_SQL.format(
-                path=path.replace("'", "''"), arg_struct=_ARG_STRUCT, base_ns=int(base_ns)
+        reader = con.sql(sql).to_arrow_reader(1 << 16)
+        schema = reader.schema
+        for batch in reader:
+            is_complete = pc.fill_null(
+                pc.and_(pc.equal(batch["ph"], "X"),
+                        pc.and_(pc.is_valid(batch["ts_ns"]), pc.is_valid(batch["dur_ns"]))),
+                False,
             )
-        con.register("ev", con.sql(sql).to_arrow_table())
+            complete.append(batch.filter(is_complete))
+            rest.append(batch.filter(pc.invert(is_complete)))
     except duckdb.Error as exc:
         detail = " ".join(str(exc).split())
         raise CorruptTraceError(
             source.display, f"traceEvents could not be parsed ({detail})"
         ) from exc
+    return (
+        pa.Table.from_batches(complete, schema=schema),
+        pa.Table.from_batches(rest, schema=schema),
+    )
 
 
 def _base_time_ns(meta: dict[str, Any]) -> int:

@@ -33,26 +33,29 @@ from traceatlas.ops.steps import step_of_time
 DEVICE_SOURCE_CATEGORIES = frozenset({"mtia_ccp_events"})
 _ACCELERATOR_LABEL = re.compile(r"^(GPU|MTIA|XPU|HPU|TPU|NPU)\b", re.IGNORECASE)
 _VIRTUAL_ROW = 1_000_000
-_COMPLETE = "ph = 'X' AND ts_ns IS NOT NULL AND dur_ns IS NOT NULL"
 _ON_TRACK = "ev.pid = trk.pid AND ev.tid = trk.tid"
 
 
-def build_tables(con: duckdb.DuckDBPyConnection, display: str) -> dict[str, pa.Table]:
-    """Tracks, intervals, instants, counters, flows (and empty messages) from ``ev``."""
+def build_tables(
+    con: duckdb.DuckDBPyConnection, complete: pa.Table, rest: pa.Table, display: str
+) -> dict[str, pa.Table]:
+    """Tracks, intervals, instants, counters, flows (and empty messages).
+
+    ``complete`` holds the complete events (ph X with ts and dur), ``rest`` all others.
+    """
+    con.register("ev", rest)
+    con.register("xv0", complete)
     _warn_quality(con, display)
     names = _track_names(con)
-    category = _category_sql(names["process"])
-    # Split once, then drop the full event table: peak memory stays near 2x the events.
-    xv = con.sql(f"SELECT *, {category} AS category FROM ev WHERE {_COMPLETE}").to_arrow_table()
-    con.register("xv", xv)
-    rest = con.sql(f"SELECT * FROM ev WHERE NOT ({_COMPLETE}) OR ph IS NULL").to_arrow_table()
-    con.unregister("ev")
-    con.register("ev", rest)
-    del rest
-    n_inferred = _scalar(con, "SELECT count(*) FROM xv WHERE cat IS NULL AND category <> 'other'")
+    category = _categories(complete, names["process"])
+    n_inferred = pc.sum(pc.and_(pc.is_null(complete["cat"]),
+                                pc.not_equal(category, "other"))).as_py() or 0
     if n_inferred:
         _warn(f"{display}: {n_inferred} event(s) without 'cat'; category inferred from "
               "process names (rocprof style)")
+    xv = complete.append_column("category", category)
+    con.unregister("xv0")
+    con.register("xv", xv)
     tracks, track_map = _tracks(con, names)
     con.unregister("xv")
     con.register("trk", track_map)
@@ -64,6 +67,33 @@ def build_tables(con: duckdb.DuckDBPyConnection, display: str) -> dict[str, pa.T
         "flows": _flows(con),
         "messages": empty_table("messages").drop_columns(["rank"]),
     }
+
+
+def _lookup(values: Any, mapping: dict[str, str], default: str) -> Any:
+    """Map string ``values`` through ``mapping`` (vectorised); unknown or null -> default."""
+    keys = pa.array(list(mapping), pa.string())
+    targets = pa.array([*mapping.values(), default], pa.string())
+    index = pc.fill_null(pc.index_in(values, value_set=keys), len(mapping))
+    return pc.take(targets, index)
+
+
+def _categories(complete: pa.Table, process: dict[Any, str]) -> Any:
+    """Canonical category per complete event: Kineto ``cat`` mapping, process-name
+    inference for events without ``cat``, then the comm-kernel and ProfilerStep rules."""
+    base = _lookup(complete["cat"], KINETO_CATEGORIES, "other")
+    inferred = {pid: category_from_process_name(name) for pid, name in process.items()}
+    by_pid = {pid: cat for pid, cat in inferred.items() if cat is not None and pid is not None}
+    if by_pid:
+        base = pc.if_else(pc.is_null(complete["cat"]),
+                          _lookup(complete["pid"], by_pid, "other"), base)
+    name = complete["name"]
+    comm = pc.and_(pc.equal(base, "kernel"),
+                   pc.match_substring_regex(name, COMM_KERNEL_RE.pattern, ignore_case=True))
+    step = pc.and_(pc.is_in(base, value_set=pa.array(["annotation", "cpu_op"])),
+                   pc.match_substring_regex(name, STEP_RE.pattern))
+    category = pc.if_else(pc.fill_null(comm, False), "comm_kernel",
+                          pc.if_else(pc.fill_null(step, False), "step", base))
+    return category
 
 
 def _warn(message: str) -> None:
@@ -84,7 +114,7 @@ def _warn_quality(con: duckdb.DuckDBPyConnection, display: str) -> None:
     if no_phase:
         _warn(f"{display}: {no_phase} event(s) without 'ph' skipped "
               "(nothing to place on a timeline)")
-    negative = _scalar(con, f"SELECT count(*) FROM ev WHERE {_COMPLETE} AND dur_ns < 0")
+    negative = _scalar(con, "SELECT count(*) FROM xv0 WHERE dur_ns < 0")
     if negative:
         _warn(f"{display}: {negative} event(s) with negative duration clipped to 0")
 
@@ -111,23 +141,11 @@ def _track_names(con: duckdb.DuckDBPyConnection) -> dict[str, dict[Any, str]]:
     return {"process": process, "thread": thread}
 
 
-def _category_sql(process: dict[Any, str]) -> str:
-    """SQL expression: canonical category of an ``ev`` row."""
-    base = "CASE cat " + " ".join(
+def _base_category_sql() -> str:
+    """SQL expression mapping an ``ev`` row's Kineto ``cat`` to a canonical category."""
+    return "CASE cat " + " ".join(
         f"WHEN {_quote(src)} THEN {_quote(dst)}" for src, dst in KINETO_CATEGORIES.items()
     ) + " ELSE 'other' END"
-    inferred = {pid: category_from_process_name(name) for pid, name in process.items()}
-    by_pid = "CASE pid " + " ".join(
-        f"WHEN {_quote(pid)} THEN {_quote(cat)}" for pid, cat in inferred.items()
-        if cat is not None and pid is not None
-    ) + " ELSE 'other' END" if any(inferred.values()) else "'other'"
-    mapped = f"(CASE WHEN cat IS NULL THEN {by_pid} ELSE {base} END)"
-    return (
-        f"CASE WHEN {mapped} = 'kernel' AND regexp_matches(name, {_quote(COMM_KERNEL_RE.pattern)},"
-        " 'i') THEN 'comm_kernel' "
-        f"WHEN {mapped} IN ('annotation', 'cpu_op') AND regexp_matches(name, "
-        f"{_quote(STEP_RE.pattern)}) THEN 'step' ELSE {mapped} END"
-    )
 
 
 def _tracks(
@@ -145,7 +163,7 @@ def _tracks(
           FROM xv GROUP BY pid, tid
         ), o AS (
           SELECT pid, tid, bool_or(ph = 'C') AS is_counter FROM ev
-          WHERE ph IS NOT NULL AND ph <> 'M' AND NOT ({_COMPLETE}) GROUP BY pid, tid
+          WHERE ph IS NOT NULL AND ph <> 'M' GROUP BY pid, tid
         )
         SELECT * FROM (
           SELECT coalesce(x.pid, o.pid) AS pid, coalesce(x.tid, o.tid) AS tid,
@@ -275,17 +293,18 @@ def _intervals(xv: pa.Table, track_map: pa.Table) -> pa.Table:
 def _steps(table: pa.Table, start: np.ndarray[Any, np.dtype[np.int64]], is_device: Any) -> Any:
     """HTA's rule: host events take the step whose range holds their start; device events
     take the step of the host launch with the same correlation id; else -1."""
-    category = table.column("category").to_numpy(zero_copy_only=False)
-    is_step = category == "step"
-    names = table.column("name").to_numpy(zero_copy_only=False)[is_step]
+    is_step = pc.equal(table["category"], "step")
+    names = pc.filter(table["name"], is_step).to_pylist()
     numbers = np.array([int(STEP_RE.match(n).group(1)) for n in names], dtype=np.int64)  # type: ignore[union-attr]
-    end = table.column("end_ns").to_numpy()
-    host_step = step_of_time(start, start[is_step], end[is_step], numbers)
-    frame = pl.DataFrame({
-        "correlation": table.column("correlation").to_numpy(zero_copy_only=False),
-        "is_device": is_device.to_numpy(zero_copy_only=False),
-        "host_step": host_step,
-    })
+    host_step = step_of_time(
+        start,
+        pc.filter(table["start_ns"], is_step).to_numpy(),
+        pc.filter(table["end_ns"], is_step).to_numpy(),
+        numbers,
+    )
+    links = pl.from_arrow(pa.table({"correlation": table["correlation"], "is_device": is_device}))
+    assert isinstance(links, pl.DataFrame)  # a Table converts to a DataFrame
+    frame = links.with_columns(pl.Series("host_step", host_step))
     launches = (
         frame.filter(~pl.col("is_device") & pl.col("correlation").is_not_null())
         .group_by("correlation").agg(pl.col("host_step").first().alias("launch_step"))
@@ -298,12 +317,12 @@ def _steps(table: pa.Table, start: np.ndarray[Any, np.dtype[np.int64]], is_devic
 
 
 def _instants(con: duckdb.DuckDBPyConnection) -> pa.Table:
-    category = _category_sql({})
+    category = _base_category_sql()
     return con.sql(f"""
         SELECT trk.track_id, ts_ns, ev.name, {category} AS category, cat AS source_category,
                ph AS phase, scope, args
         FROM ev JOIN trk ON {_ON_TRACK}
-        WHERE ph IS NOT NULL AND ph NOT IN ('M', 'C', 's', 'f', 't') AND NOT ({_COMPLETE})
+        WHERE ph IS NOT NULL AND ph NOT IN ('M', 'C', 's', 'f', 't')
         ORDER BY trk.track_id, ts_ns
     """).to_arrow_table()
 
