@@ -91,6 +91,8 @@ class KinetoReader:
 
     def read(self, source: Source, *, threads: int = 1) -> RankData:
         """Parse one Kineto file into canonical tables (times in ns on the unix clock)."""
+        # The events text is staged in $TMPDIR for DuckDB's parallel reader (set
+        # TMPDIR=/dev/shm to keep it in RAM: faster, but that memory is not in the RSS).
         fd, events_path = tempfile.mkstemp(suffix=".json", prefix="traceatlas-events-")
         con = duckdb.connect(":memory:", config={"threads": max(1, threads)})
         try:

@@ -150,3 +150,4 @@ def resolve_inputs(inputs: Iterable[str | os.PathLike[str]]) -> list[Source]:
     if not sources:
         raise InputNotFoundError("<input>", "no input paths given")
     return sources
+

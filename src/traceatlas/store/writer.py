@@ -17,6 +17,7 @@ from traceatlas.store.layout import part_path
 
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 1
+NO_DICTIONARY = frozenset({"args", "value"})
 
 
 @contextmanager
@@ -51,5 +52,12 @@ def write_part(store: Path, table_name: str, rank: int, table: pa.Table) -> int:
     table = conform(table_name, table)
     path = part_path(store, table_name, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path, compression=COMPRESSION, compression_level=COMPRESSION_LEVEL)
+    pq.write_table(
+        table,
+        path,
+        compression=COMPRESSION,
+        compression_level=COMPRESSION_LEVEL,
+        # Free-form JSON text is nearly unique per row: a dictionary only costs time.
+        use_dictionary=[c for c in table.column_names if c not in NO_DICTIONARY],
+    )
     return int(table.num_rows)
