@@ -27,6 +27,8 @@ def sort_for_nesting(track: IntArray, start: IntArray, end: IntArray) -> IntArra
 
 def _segments(track: IntArray) -> list[tuple[int, int]]:
     n = len(track)
+    if n == 0:
+        return []
     bounds = np.flatnonzero(np.diff(track)) + 1
     edges = np.concatenate(([0], bounds, [n])).tolist()
     return list(itertools.pairwise(edges))
