@@ -7,7 +7,8 @@ memory is isolated (see ``bench/measure.py``):
 * HTA:        ``TraceAnalysis(trace_dir=DIR)`` in HTA's own venv;
 * traceatlas: ``traceatlas ingest DIR -o STORE``;
 * raw decode: ``Path.read_bytes()`` + untyped ``msgspec.json.decode`` of every
-  rank file, timed inside the process: the ceiling any JSON ingest can reach.
+  rank file, timed inside the process (GC off): the reference for how close
+  an ingest gets to merely decoding the JSON.
 
 It prints a markdown table and, with ``--json-out``, writes every record as
 JSON. Inputs are generated under ``--gen-dir`` when missing.
@@ -193,7 +194,7 @@ def measure(tool: str, cmd: list[str], log_stem: Path, timeout: float | None) ->
         peak_rss_bytes=max(peaks, default=None),
         maxrss_bytes=rec["maxrss_bytes"],
         tree_rss_peak_bytes=rec["tree_rss_peak_bytes"],
-        detail=parse_tagged(out),
+        detail={**parse_tagged(out), "stderr_log": str(err)},
     )
     if not run.ok:
         why = "timed out" if rec["timed_out"] else f"exit code {rec['returncode']}"
@@ -376,7 +377,7 @@ def repeat(
         if opt.wait_idle:
             wait_idle(opt.wait_idle)
         print(f"[{log_stem.name}] run {i + 1}/{opt.repeat}: {display(cmd)}", flush=True)
-        run = measure(tool, cmd, log_stem, opt.timeout)
+        run = measure(tool, cmd, log_stem.with_name(f"{log_stem.name}-r{i + 1}"), opt.timeout)
         status = (
             f"{run.wall_s:.1f}s wall, {fmt(run.cpu_s)}s CPU, peak {gb(run.peak_rss_bytes)} GB, "
             f"other load {fmt(other_cores(run), '.2f')} cores"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import duckdb
@@ -47,6 +48,10 @@ def build_tables(
     con.register("xv0", complete)
     _warn_quality(con, display)
     names = _track_names(con)
+    complete = complete.set_column(
+        complete.schema.get_field_index("name"), "name",
+        pc.dictionary_encode(complete["name"]),
+    )
     category = _categories(complete, names["process"])
     n_inferred = pc.sum(pc.and_(pc.is_null(complete["cat"]),
                                 pc.not_equal(category, "other"))).as_py() or 0
@@ -86,14 +91,24 @@ def _categories(complete: pa.Table, process: dict[Any, str]) -> Any:
     if by_pid:
         base = pc.if_else(pc.is_null(complete["cat"]),
                           _lookup(complete["pid"], by_pid, "other"), base)
-    name = complete["name"]
-    comm = pc.and_(pc.equal(base, "kernel"),
-                   pc.match_substring_regex(name, COMM_KERNEL_RE.pattern, ignore_case=True))
+    name = complete["name"]  # dictionary-encoded: regexes run once per distinct name
+    comm = pc.and_(pc.equal(base, "kernel"), _per_name(
+        name, lambda names: pc.match_substring_regex(
+            names, COMM_KERNEL_RE.pattern, ignore_case=True)))
     step = pc.and_(pc.is_in(base, value_set=pa.array(["annotation", "cpu_op"])),
-                   pc.match_substring_regex(name, STEP_RE.pattern))
+                   _per_name(name, lambda names: pc.match_substring_regex(
+                       names, STEP_RE.pattern)))
     category = pc.if_else(pc.fill_null(comm, False), "comm_kernel",
                           pc.if_else(pc.fill_null(step, False), "step", base))
     return category
+
+
+def _per_name(name: Any, fn: Callable[[pa.Array], pa.Array]) -> Any:
+    """Apply ``fn`` to the distinct values of a dictionary column, then expand per row."""
+    return pa.chunked_array(
+        [pc.take(fn(chunk.dictionary), chunk.indices) for chunk in name.chunks],
+        type=fn(pa.array([], pa.string())).type,
+    )
 
 
 def _warn(message: str) -> None:
@@ -252,7 +267,8 @@ def _intervals(xv: pa.Table, track_map: pa.Table) -> pa.Table:
         return pc.if_else(is_device, field(name), pa.scalar(None, pa.int64()))
 
     dur = pc.max_element_wise(xv["dur_ns"], pa.scalar(0, pa.int64()))
-    memcpy = pc.struct_field(pc.extract_regex(xv["name"], r"^Memcpy\s+(?P<kind>\w+)"), "kind")
+    memcpy = _per_name(xv["name"], lambda names: pc.struct_field(
+        pc.extract_regex(names, r"^Memcpy\s+(?P<kind>\w+)"), "kind"))
     table = pa.table({
         "track_id": pc.take(track_map["track_id"], row_track),
         "start_ns": xv["ts_ns"],
