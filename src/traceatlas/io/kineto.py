@@ -99,12 +99,12 @@ class KinetoReader:
             with os.fdopen(fd, "wb") as events_file:
                 meta, has_events = _split_top_level(source, events_file)
             base_ns = _base_time_ns(meta)
-            complete, rest = _load_events(
-                con, events_path if has_events else None, base_ns, source
+            # No local references to the parsed tables: build_tables can free columns.
+            tables = kineto_tables.build_tables(
+                con,
+                *_load_events(con, events_path if has_events else None, base_ns, source),
+                source.display,
             )
-            os.unlink(events_path)
-            tables = kineto_tables.build_tables(con, complete, rest, source.display)
-            del complete, rest
         finally:
             con.close()
             if os.path.exists(events_path):

@@ -47,6 +47,7 @@ def build_tables(
     con.register("ev", rest)
     con.register("xv0", complete)
     _warn_quality(con, display)
+    con.unregister("xv0")
     names = _track_names(con)
     complete = complete.set_column(
         complete.schema.get_field_index("name"), "name",
@@ -59,7 +60,7 @@ def build_tables(
         _warn(f"{display}: {n_inferred} event(s) without 'cat'; category inferred from "
               "process names (rocprof style)")
     xv = complete.append_column("category", category)
-    con.unregister("xv0")
+    del complete
     con.register("xv", xv)
     tracks, track_map = _tracks(con, names)
     con.unregister("xv")
