@@ -165,3 +165,23 @@ def test_step_of_time_no_steps() -> None:
     empty = np.array([], dtype=np.int64)
     assert step_of_time(np.array([1, 2], dtype=np.int64), empty, empty, empty).tolist() == [
         -1, -1]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_step_of_launch_matches_a_dict_lookup(seed: int) -> None:
+    from traceatlas.ops.steps import step_of_launch
+
+    rng = random.Random(seed)
+    launch_corr = [rng.randint(0, 300) for _ in range(200)]        # repeats on purpose
+    launch_step = [rng.randint(-1, 9) for _ in range(200)]
+    corr = [rng.randint(0, 400) for _ in range(500)]                # some never launched
+    has = [rng.random() < 0.9 for _ in range(500)]
+    first: dict[int, int] = {}
+    for c, s in zip(launch_corr, launch_step, strict=True):
+        first.setdefault(c, s)                                      # first launch wins
+    expected = [first.get(c, -1) if h else -1 for c, h in zip(corr, has, strict=True)]
+    got = step_of_launch(
+        np.array(corr, dtype=np.int64), np.array(has), np.array(launch_corr, dtype=np.int64),
+        np.array(launch_step, dtype=np.int64),
+    )
+    assert got.tolist() == expected

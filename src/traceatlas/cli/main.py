@@ -64,10 +64,10 @@ def ingest(
     """Read traces into a store (Parquet per table per rank + manifest.json)."""
     with output.progress("ingest") as bar:
         store = traceatlas.ingest([str(p) for p in inputs], out, engine=engine, progress=bar)
-    trace = traceatlas.Trace(store)
-    summary = traceatlas.summarize(trace)
+    manifest = traceatlas.Trace(store).manifest
+    intervals = sum(int(src["rows"]["intervals"]) for src in manifest["sources"])
     output.stderr.print(
-        f"wrote {store}: {len(summary['ranks'])} rank(s), {summary['intervals']} intervals",
+        f"wrote {store}: {len(manifest['ranks'])} rank(s), {intervals:,} intervals",
         highlight=False,
     )
 

@@ -16,7 +16,6 @@ from typing import Any
 
 import duckdb
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -29,7 +28,7 @@ from traceatlas.model.categories import (
 )
 from traceatlas.model.schema import DEVICE_CATEGORIES, empty_table
 from traceatlas.ops.nesting import nesting_depth, sort_for_nesting
-from traceatlas.ops.steps import step_of_time
+from traceatlas.ops.steps import step_of_launch, step_of_time
 
 DEVICE_SOURCE_CATEGORIES = frozenset({"mtia_ccp_events"})
 _ACCELERATOR_LABEL = re.compile(r"^(GPU|MTIA|XPU|HPU|TPU|NPU)\b", re.IGNORECASE)
@@ -313,24 +312,18 @@ def _steps(table: pa.Table, start: np.ndarray[Any, np.dtype[np.int64]], is_devic
     is_step = pc.equal(table["category"], "step")
     names = pc.filter(table["name"], is_step).to_pylist()
     numbers = np.array([int(STEP_RE.match(n).group(1)) for n in names], dtype=np.int64)  # type: ignore[union-attr]
-    host_step = step_of_time(
+    steps = step_of_time(
         start,
         pc.filter(table["start_ns"], is_step).to_numpy(),
         pc.filter(table["end_ns"], is_step).to_numpy(),
         numbers,
     )
-    links = pl.from_arrow(pa.table({"correlation": table["correlation"], "is_device": is_device}))
-    assert isinstance(links, pl.DataFrame)  # a Table converts to a DataFrame
-    frame = links.with_columns(pl.Series("host_step", host_step))
-    launches = (
-        frame.filter(~pl.col("is_device") & pl.col("correlation").is_not_null())
-        .group_by("correlation").agg(pl.col("host_step").first().alias("launch_step"))
-    )
-    out = frame.join(launches, on="correlation", how="left", maintain_order="left").select(
-        pl.when(pl.col("is_device")).then(pl.col("launch_step").fill_null(-1))
-        .otherwise(pl.col("host_step"))
-    )
-    return out.to_series().to_numpy()
+    device = is_device.to_numpy(zero_copy_only=False).astype(bool)
+    has_corr = pc.is_valid(table["correlation"]).to_numpy(zero_copy_only=False)
+    corr = pc.fill_null(table["correlation"], 0).to_numpy()
+    launch = ~device & has_corr
+    steps[device] = step_of_launch(corr[device], has_corr[device], corr[launch], steps[launch])
+    return steps
 
 
 def _instants(con: duckdb.DuckDBPyConnection) -> pa.Table:

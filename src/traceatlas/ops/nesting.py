@@ -66,6 +66,8 @@ def free_row_depth(start: IntArray, end: IntArray) -> IntArray:
     """
     n = len(start)
     out = np.zeros(n, dtype=np.int64)
+    if n < 2 or bool(np.all(start[1:] >= np.maximum.accumulate(end)[:-1])):
+        return out  # nothing overlaps (the usual GPU stream): every row is 0
     busy: list[tuple[int, int]] = []  # (end, row) of running intervals
     free: list[int] = []
     next_row = 0

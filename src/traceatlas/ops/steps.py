@@ -26,3 +26,18 @@ def step_of_time(
     inside &= ts_ns < ends[safe]
     out[inside] = numbers[safe[inside]]
     return out
+
+
+def step_of_launch(
+    corr: IntArray, has_corr: npt.NDArray[np.bool_], launch_corr: IntArray, launch_step: IntArray
+) -> IntArray:
+    """Step of the launch with the same correlation id (the first one if repeated); -1 for
+    rows without a correlation id or without a launch in the trace."""
+    out = np.full(len(corr), -1, dtype=np.int64)
+    if len(launch_corr) == 0 or len(corr) == 0:
+        return out
+    keys, first = np.unique(launch_corr, return_index=True)
+    idx = np.clip(np.searchsorted(keys, corr), 0, len(keys) - 1)
+    found = has_corr & (keys[idx] == corr)
+    out[found] = launch_step[first[idx[found]]]
+    return out
