@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import polars as pl
+from typing import TYPE_CHECKING, Any
 
 from traceatlas.model.schema import CATEGORIES
 from traceatlas.model.trace import Trace
 
+if TYPE_CHECKING:
+    import polars as pl
+
 
 def summarize(trace: Trace) -> dict[str, Any]:
     """Counts per rank and per canonical category, span of the intervals (ns), tracks."""
+    import polars as pl
+
     iv = trace.intervals
     per = (
         iv.group_by("rank", pl.col("category").cast(pl.String))
@@ -53,6 +56,8 @@ def summarize(trace: Trace) -> dict[str, Any]:
 
 
 def _counts(frame: pl.DataFrame) -> dict[str, int]:
+    import polars as pl
+
     sums = frame.group_by("category").agg(pl.col("n").sum())
     found = dict(zip(sums["category"], map(int, sums["n"]), strict=True))
     return {c: found[c] for c in CATEGORIES if c in found}

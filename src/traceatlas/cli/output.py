@@ -6,12 +6,14 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import polars as pl
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+if TYPE_CHECKING:
+    import polars as pl
 
 stdout = Console(soft_wrap=True)
 stderr = Console(stderr=True, soft_wrap=True)

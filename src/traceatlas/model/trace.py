@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import polars as pl
 
 from traceatlas.errors import StoreError
 from traceatlas.model.schema import TABLES
 from traceatlas.store.layout import table_glob
 from traceatlas.store.manifest import read_manifest
+
+if TYPE_CHECKING:  # polars is imported on first use: commands that only ingest skip it
+    import polars as pl
 
 
 class Trace:
@@ -36,6 +38,8 @@ class Trace:
 
     def scan(self, table: str) -> pl.LazyFrame:
         """A lazy frame over every rank of ``table``."""
+        import polars as pl
+
         if table not in TABLES:
             raise KeyError(f"unknown table {table!r}; tables: {', '.join(sorted(TABLES))}")
         return pl.scan_parquet(table_glob(self.path, table), hive_partitioning=False)
@@ -88,6 +92,8 @@ class Trace:
 
     def sql(self, query: str) -> pl.DataFrame:
         """Run DuckDB SQL over the store's tables; the result as a Polars frame."""
+        import polars as pl
+
         con = self.connect()
         try:
             return pl.from_arrow(con.sql(query).to_arrow_table())  # type: ignore[return-value]
