@@ -95,3 +95,31 @@ def test_opening_a_store_of_another_schema_version_is_a_clear_error(tmp_path: Pa
     (store / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(traceatlas.StoreError, match="schema version 999"):
         traceatlas.Trace(store)
+
+
+@pytest.mark.parametrize("kind", ["file", "dir with files"])
+def test_ingest_refuses_to_replace_something_that_is_not_a_store(
+    tmp_path: Path, kind: str
+) -> None:
+    src = tmp_path / "rank-0.json"
+    _write_rank(src, 0, 1)
+    out = tmp_path / "precious"
+    if kind == "file":
+        out.write_text("keep me")
+    else:
+        out.mkdir()
+        (out / "notes.txt").write_text("keep me")
+    with pytest.raises(traceatlas.InputError, match="not a traceatlas store"):
+        traceatlas.ingest(src, out)
+    kept = out if kind == "file" else out / "notes.txt"
+    assert kept.read_text() == "keep me"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_ingest_into_its_own_input_directory_is_refused(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    _write_rank(runs / "rank-0.json", 0, 1)
+    with pytest.raises(traceatlas.InputError, match="not a traceatlas store"):
+        traceatlas.ingest(runs, runs)
+    assert (runs / "rank-0.json").is_file()

@@ -12,7 +12,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from traceatlas.errors import InputError
 from traceatlas.model.schema import conform
+from traceatlas.store.manifest import is_store
 from traceatlas.store.layout import part_path
 
 COMPRESSION = "zstd"
@@ -27,21 +29,37 @@ def atomic_directory(target: Path) -> Iterator[Path]:
     On any exception the temporary directory is removed and ``target`` is untouched.
     """
     target = target.resolve()
+    _check_replaceable(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
+    old = None
     try:
         yield tmp
+        _check_replaceable(target)
+        if target.exists():
+            old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+            os.rename(target, old)
+        os.rename(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and not target.exists():
+            os.rename(old, target)  # put the previous store back
         raise
-    old = None
-    if target.exists():
-        old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-        os.rename(target, old)
-    os.rename(tmp, target)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _check_replaceable(target: Path) -> None:
+    """Only a previous traceatlas store or an empty directory may be replaced."""
+    if not target.exists():
+        return
+    if target.is_dir() and (is_store(target) or not any(target.iterdir())):
+        return
+    raise InputError(
+        target, "exists and is not a traceatlas store; refusing to replace it (choose "
+        "another --out or remove it)"
+    )
 
 
 def write_part(store: Path, table_name: str, rank: int, table: pa.Table) -> int:
