@@ -6,9 +6,11 @@ import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from typing import TypeVar
 
 from traceatlas.engine.base import Engine, OnDone
+from traceatlas.errors import EngineError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -49,8 +51,13 @@ class LocalEngine(Engine):
                     out[futures[fut]] = fut.result()
                     if on_done:
                         on_done(done)
+            except BrokenProcessPool as exc:
+                pool.shutdown(cancel_futures=True)
+                raise EngineError(
+                    "a worker process died (out of memory, or a script calling traceatlas "
+                    "without an `if __name__ == '__main__':` guard)"
+                ) from exc
             except BaseException:
-                for fut in futures:
-                    fut.cancel()
+                pool.shutdown(cancel_futures=True)
                 raise
         return out  # type: ignore[return-value]

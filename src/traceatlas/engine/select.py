@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from traceatlas.engine.base import Engine
 from traceatlas.engine.local import LocalEngine
+from traceatlas.errors import EngineError
 
 
 def get_engine(spec: str | Engine | None = None) -> Engine:
@@ -19,4 +20,4 @@ def get_engine(spec: str | Engine | None = None) -> Engine:
         return DaskEngine()
     if "://" in spec:
         return DaskEngine(address=spec)
-    raise ValueError(f"unknown engine {spec!r}: use 'local', 'dask' or a scheduler address")
+    raise EngineError(f"unknown engine {spec!r}: use 'local', 'dask' or a scheduler address")

@@ -24,12 +24,13 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traceatlas.errors import CorruptTraceError, DataQualityWarning, UnsupportedFormatError
+from traceatlas.errors import CorruptTraceError, RankInferredWarning, UnsupportedFormatError
 from traceatlas.io import kineto_tables
 from traceatlas.io.reading import RankData
 from traceatlas.io.sources import Source
 
-_RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+_RANK_IN_NAME = re.compile(r"^(?:rank|worker)[-_]?(\d+)(?!\d)", re.IGNORECASE)
+"""``rank-3...``, ``rank3...``, ``worker3...`` at the start of a file name (not hostnames)."""
 
 _ARG_STRUCT = json.dumps(
     {
@@ -94,8 +95,9 @@ class KinetoReader:
         # The events text is staged in $TMPDIR for DuckDB's parallel reader (set
         # TMPDIR=/dev/shm to keep it in RAM: faster, but that memory is not in the RSS).
         fd, events_path = tempfile.mkstemp(suffix=".json", prefix="traceatlas-events-")
-        con = duckdb.connect(":memory:", config={"threads": max(1, threads)})
+        con = None
         try:
+            con = duckdb.connect(":memory:", config={"threads": max(1, threads)})
             with os.fdopen(fd, "wb") as events_file:
                 meta, has_events = _split_top_level(source, events_file)
             base_ns = _base_time_ns(meta)
@@ -105,8 +107,12 @@ class KinetoReader:
                 *_load_events(con, events_path if has_events else None, base_ns, source),
                 source.display,
             )
+        except duckdb.Error as exc:
+            detail = " ".join(str(exc).replace(events_path, "<events>").split())
+            raise CorruptTraceError(source.display, f"events could not be read ({detail})") from exc
         finally:
-            con.close()
+            if con is not None:
+                con.close()
             if os.path.exists(events_path):
                 os.unlink(events_path)
         rank, rank_source = _rank_of(meta, source)
@@ -196,7 +202,7 @@ def _load_events(
             complete.append(batch.filter(is_complete))
             rest.append(batch.filter(pc.invert(is_complete)))
     except duckdb.Error as exc:
-        detail = " ".join(str(exc).split())
+        detail = " ".join(str(exc).replace(path or "", "<events>").split())
         raise CorruptTraceError(
             source.display, f"traceEvents could not be parsed ({detail})"
         ) from exc
@@ -208,14 +214,16 @@ def _load_events(
 
 def _base_time_ns(meta: dict[str, Any]) -> int:
     base = meta.get("baseTimeNanoseconds")
-    return int(base) if isinstance(base, int | float) else 0
+    if isinstance(base, str) and base.strip().isdigit():
+        return int(base)
+    return int(base) if isinstance(base, int | float) and not isinstance(base, bool) else 0
 
 
 def _rank_of(meta: dict[str, Any], source: Source) -> tuple[int | None, str | None]:
     dist = meta.get("distributedInfo")
     if isinstance(dist, dict):
         rank = dist.get("rank")
-        if isinstance(rank, int) and rank >= 0:
+        if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0:
             return rank, "distributedInfo"
         if isinstance(rank, str) and rank.isdigit():
             return int(rank), "distributedInfo"
@@ -224,7 +232,7 @@ def _rank_of(meta: dict[str, Any], source: Source) -> tuple[int | None, str | No
         warnings.warn(
             f"{source.display}: no distributedInfo.rank; rank {match.group(1)} taken from "
             "the file name",
-            DataQualityWarning,
+            RankInferredWarning,
             stacklevel=2,
         )
         return int(match.group(1)), "file name"
@@ -232,7 +240,7 @@ def _rank_of(meta: dict[str, Any], source: Source) -> tuple[int | None, str | No
 
 
 def _clock_of(meta: dict[str, Any], tables: dict[str, pa.Table]) -> dict[str, object]:
-    if "baseTimeNanoseconds" in meta:
+    if _base_time_ns(meta):
         return {"method": "baseTimeNanoseconds", "base_ns": _base_time_ns(meta), "offset_ns": 0}
     starts = tables["intervals"].column("start_ns")
     first = pc.min(starts).as_py() if len(starts) else None

@@ -33,6 +33,7 @@ from traceatlas.ops.steps import step_of_launch, step_of_time
 DEVICE_SOURCE_CATEGORIES = frozenset({"mtia_ccp_events"})
 _ACCELERATOR_LABEL = re.compile(r"^(GPU|MTIA|XPU|HPU|TPU|NPU)\b", re.IGNORECASE)
 _VIRTUAL_ROW = 1_000_000
+_HOST_CATEGORIES = ("cpu_op", "annotation", "runtime", "driver", "python", "step")
 _ON_TRACK = "ev.pid = trk.pid AND ev.tid = trk.tid"
 
 
@@ -48,9 +49,12 @@ def build_tables(
     _warn_quality(con, display)
     con.unregister("xv0")
     names = _track_names(con)
+    unnamed = complete["name"].null_count
+    if unnamed:
+        _warn(f"{display}: {unnamed} complete event(s) without a name; kept with name ''")
     complete = complete.set_column(
         complete.schema.get_field_index("name"), "name",
-        pc.dictionary_encode(complete["name"]),
+        pc.dictionary_encode(pc.fill_null(complete["name"], "")),
     )
     category = _categories(complete, names["process"])
     n_inferred = pc.sum(pc.and_(pc.is_null(complete["cat"]),
@@ -68,7 +72,7 @@ def build_tables(
         "tracks": tracks,
         "intervals": _intervals(xv, track_map),
         "instants": _instants(con),
-        "counters": _counters(con),
+        "counters": _counters(con, display),
         "flows": _flows(con),
         "messages": empty_table("messages").drop_columns(["rank"]),
     }
@@ -169,10 +173,12 @@ def _tracks(
     """One track per (pid, tid): the tracks table, and a (pid, tid) -> track_id map."""
     device_cats = ", ".join(_quote(c) for c in sorted(DEVICE_CATEGORIES))
     device_src = ", ".join(_quote(c) for c in sorted(DEVICE_SOURCE_CATEGORIES))
+    host_cats = ", ".join(_quote(c) for c in _HOST_CATEGORIES)
     keys = con.sql(f"""
         WITH x AS (
           SELECT pid, tid,
                  bool_or(category IN ({device_cats}) OR cat IN ({device_src})) AS is_device,
+                 bool_or(category IN ({host_cats})) AS has_host,
                  first(a.device ORDER BY a.device NULLS LAST) AS arg_device,
                  first(a.stream ORDER BY a.stream NULLS LAST) AS arg_stream
           FROM xv GROUP BY pid, tid
@@ -183,6 +189,7 @@ def _tracks(
         SELECT * FROM (
           SELECT coalesce(x.pid, o.pid) AS pid, coalesce(x.tid, o.tid) AS tid,
                  coalesce(x.is_device, false) AS is_device, arg_device, arg_stream,
+                 coalesce(x.has_host, false) AS has_host,
                  coalesce(o.is_counter, false) AND x.pid IS NULL AS is_counter
           FROM x FULL OUTER JOIN o
             ON x.pid = o.pid AND x.tid = o.tid
@@ -193,13 +200,15 @@ def _tracks(
         "track_id", "kind", "name", "pid", "tid", "device", "stream", "source_pid", "source_tid"
     )}
     process, thread = names["process"], names["thread"]
-    for track_id, (pid, tid, is_device, arg_device, arg_stream, is_counter) in enumerate(keys):
+    for track_id, (pid, tid, is_device, arg_device, arg_stream, has_host, is_counter) in enumerate(
+        keys
+    ):
         pid_int, label = _as_int(pid), process.get(pid, "")
         if is_device:
             kind = "gpu_stream"
             device = arg_device if arg_device is not None else pid_int
             stream = arg_stream if arg_stream is not None else _digits(tid)
-        elif _ACCELERATOR_LABEL.search(label) and pid_int is not None:
+        elif _ACCELERATOR_LABEL.search(label) and pid_int is not None and not has_host:
             # e.g. Kineto's "Stream Sync" rows: tid = stream + 1,000,000 on a GPU process.
             kind, device = "device", pid_int
             stream = arg_stream if arg_stream is not None else _digits(tid)
@@ -242,9 +251,10 @@ def _as_int(value: str | None) -> int | None:
     if value is None:
         return None
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
         return None
+    return number if -(2**63) <= number < 2**63 else None
 
 
 def _digits(value: str | None) -> int | None:
@@ -337,19 +347,29 @@ def _instants(con: duckdb.DuckDBPyConnection) -> pa.Table:
     """).to_arrow_table()
 
 
-def _counters(con: duckdb.DuckDBPyConnection) -> pa.Table:
-    """Chrome 'C' events: every key of ``args`` is one series named ``name.key``."""
-    rows = con.execute(
-        f"SELECT trk.track_id, ts_ns, ev.name, args FROM ev JOIN trk ON {_ON_TRACK} "
+def _counters(con: duckdb.DuckDBPyConnection, display: str) -> pa.Table:
+    """Chrome 'C' events: every key of ``args`` is one series named ``name.key`` (with
+    ``[id]`` after the name when the event has an id). Counter events are few; this loop
+    runs over them only."""
+    rows = con.sql(
+        f"SELECT trk.track_id, ts_ns, ev.name, ev.id, args FROM ev JOIN trk ON {_ON_TRACK} "
         "WHERE ph = 'C' ORDER BY trk.track_id, ts_ns"
     ).fetchall()
     cols: dict[str, list[Any]] = {"track_id": [], "ts_ns": [], "name": [], "value": []}
-    for track_id, ts_ns, name, args in rows:
-        for key, value in (json.loads(args) if args else {}).items():
+    skipped = 0
+    for track_id, ts_ns, name, event_id, args in rows:
+        series = json.loads(args) if args else None
+        if ts_ns is None or not isinstance(series, dict) or not series:
+            skipped += 1
+            continue
+        base = f"{name}[{event_id}]" if name and event_id else name
+        for key, value in series.items():
             cols["track_id"].append(track_id)
             cols["ts_ns"].append(ts_ns)
-            cols["name"].append(f"{name}.{key}" if name and key != name else key)
-            cols["value"].append(float(value) if isinstance(value, int | float) else None)
+            cols["name"].append(f"{base}.{key}" if base and key != base else key)
+            cols["value"].append(_as_float(value))
+    if skipped:
+        _warn(f"{display}: {skipped} counter event(s) without a time or without values skipped")
     return pa.table({
         "track_id": pa.array(cols["track_id"], pa.int32()),
         "ts_ns": pa.array(cols["ts_ns"], pa.int64()),
@@ -358,26 +378,42 @@ def _counters(con: duckdb.DuckDBPyConnection) -> pa.Table:
     })
 
 
+def _as_float(value: Any) -> float | None:
+    """A counter value: numbers, and numbers written as strings; None otherwise."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def _flows(con: duckdb.DuckDBPyConnection) -> pa.Table:
-    """Pair flow starts ('s') with ends ('f' or 't'): the k-th start of a (category, id)
-    pairs with its k-th end, so repeated ids are kept and unmatched ends keep null sides."""
+    """Flow links. Within one (category, id), endpoints ordered by time (s < t < f at equal
+    times) are linked one to the next: s->f, or s->t->f for chains; a start with no
+    following end keeps a null destination, an end with no preceding start or step keeps a
+    null source. Repeated ids give several rows; nothing is dropped."""
     return con.sql(f"""
         WITH f AS (
           SELECT coalesce(cat, ev.name) AS flow_name, coalesce(id, '') AS id, ph,
-                 trk.track_id, ts_ns
+                 trk.track_id, ts_ns,
+                 CASE ph WHEN 's' THEN 0 WHEN 't' THEN 1 ELSE 2 END AS rank_ph
           FROM ev JOIN trk ON {_ON_TRACK} WHERE ph IN ('s', 'f', 't')
-        ), s AS (
-          SELECT flow_name, id, track_id AS src_track_id, ts_ns AS src_ts_ns,
-                 row_number() OVER (PARTITION BY flow_name, id ORDER BY ts_ns) AS k
-          FROM f WHERE ph = 's'
-        ), e AS (
-          SELECT flow_name, id, track_id AS dst_track_id, ts_ns AS dst_ts_ns,
-                 row_number() OVER (PARTITION BY flow_name, id ORDER BY ts_ns) AS k
-          FROM f WHERE ph <> 's'
+        ), o AS (
+          SELECT *,
+                 lead(ph) OVER w AS next_ph, lead(track_id) OVER w AS next_track,
+                 lead(ts_ns) OVER w AS next_ts, lag(ph) OVER w AS prev_ph
+          FROM f WINDOW w AS (PARTITION BY flow_name, id ORDER BY ts_ns, rank_ph)
         )
-        SELECT coalesce(s.id, e.id) AS flow_id, coalesce(s.flow_name, e.flow_name) AS name,
-               src_track_id, src_ts_ns, dst_track_id, dst_ts_ns
-        FROM s FULL OUTER JOIN e
-          ON s.flow_name IS NOT DISTINCT FROM e.flow_name AND s.id = e.id AND s.k = e.k
+        SELECT id AS flow_id, flow_name AS name,
+               track_id AS src_track_id, ts_ns AS src_ts_ns,
+               CASE WHEN next_ph IN ('t', 'f') THEN next_track END AS dst_track_id,
+               CASE WHEN next_ph IN ('t', 'f') THEN next_ts END AS dst_ts_ns
+        FROM o WHERE ph IN ('s', 't')
+        UNION ALL
+        SELECT id, flow_name, NULL, NULL, track_id, ts_ns
+        FROM o WHERE ph IN ('t', 'f') AND (prev_ph IS NULL OR prev_ph = 'f')
         ORDER BY coalesce(src_ts_ns, dst_ts_ns)
     """).to_arrow_table()

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 
 from traceatlas.errors import InputError
 from traceatlas.model.schema import conform
-from traceatlas.store.manifest import is_store
 from traceatlas.store.layout import part_path
+from traceatlas.store.manifest import is_store
 
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 1
