@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import pyarrow as pa
 import typer
 
 import traceatlas
@@ -116,6 +118,11 @@ def sql(
 
 def main() -> None:
     """Console-script entry point."""
+    # The CLI process is ours: the system allocator gives Arrow memory back at once,
+    # which keeps ingest's peak memory lower (see bench/RESULTS.md).
+    if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
+        os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "system"  # inherited by worker processes
+        pa.set_memory_pool(pa.system_memory_pool())
     app()
 
 

@@ -107,6 +107,7 @@ class KinetoReader:
                 *_load_events(con, events_path if has_events else None, base_ns, source),
                 source.display,
             )
+            chrome_meta = kineto_tables.metadata_events(con)
         except duckdb.Error as exc:
             detail = " ".join(str(exc).replace(events_path, "<events>").split())
             raise CorruptTraceError(source.display, f"events could not be read ({detail})") from exc
@@ -116,10 +117,16 @@ class KinetoReader:
             if os.path.exists(events_path):
                 os.unlink(events_path)
         rank, rank_source = _rank_of(meta, source)
-        tables["metadata"] = _metadata_table(meta, source)
+        tables["metadata"] = _metadata_table(meta, source, chrome_meta)
         dist = meta.get("distributedInfo")
         world = dist.get("world_size") if isinstance(dist, dict) else None
         host = meta.get("host_name")
+        if isinstance(host, str):
+            tracks = tables["tracks"]
+            tables["tracks"] = tracks.set_column(
+                tracks.schema.get_field_index("host"), "host",
+                pa.array([host] * tracks.num_rows, pa.string()),
+            )
         return RankData(
             tables=tables,
             source_format="kineto",
@@ -251,7 +258,8 @@ def _clock_of(meta: dict[str, Any], tables: dict[str, pa.Table]) -> dict[str, ob
             "offset_ns": 0}
 
 
-def _metadata_table(meta: dict[str, Any], source: Source) -> pa.Table:
-    keys = ["source_file", *meta.keys()]
-    values = [json.dumps(source.display), *(json.dumps(v) for v in meta.values())]
+def _metadata_table(meta: dict[str, Any], source: Source, chrome_meta: str) -> pa.Table:
+    """Top-level keys as JSON, plus every Chrome ``M`` event (names, labels, sort indices)."""
+    keys = ["source_file", *meta.keys(), "chrome_metadata_events"]
+    values = [json.dumps(source.display), *(json.dumps(v) for v in meta.values()), chrome_meta]
     return pa.table({"key": pa.array(keys, pa.string()), "value": pa.array(values, pa.string())})

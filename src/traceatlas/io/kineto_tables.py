@@ -115,6 +115,16 @@ def _per_name(name: Any, fn: Callable[[pa.Array], pa.Array]) -> Any:
     )
 
 
+def metadata_events(con: duckdb.DuckDBPyConnection) -> str:
+    """Every Chrome ``M`` event as a JSON array of {name, pid, tid, args}, so the sort
+    indices and labels that tracks do not hold are still in the store."""
+    row = con.sql(
+        "SELECT coalesce(to_json(list({'name': name, 'pid': pid, 'tid': tid, "
+        "'args': json(args)})), '[]') FROM ev WHERE ph = 'M'"
+    ).fetchall()
+    return str(row[0][0]) if row else "[]"
+
+
 def _warn(message: str) -> None:
     warnings.warn(message, DataQualityWarning, stacklevel=3)
 
@@ -231,6 +241,7 @@ def _tracks(
         "track_id": pa.array(cols["track_id"], pa.int32()),
         "kind": pa.array(cols["kind"], pa.string()),
         "name": pa.array(cols["name"], pa.string()),
+        "host": pa.nulls(len(cols["track_id"]), pa.string()),
         "pid": pa.array(cols["pid"], pa.int64()),
         "tid": pa.array(cols["tid"], pa.int64()),
         "device": pa.array(cols["device"], pa.int32()),
