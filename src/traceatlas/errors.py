@@ -8,8 +8,9 @@ Tree::
     │   ├── UnsupportedFormatError no reader recognises the file
     │   ├── CorruptTraceError      a reader recognised the file but cannot parse it
     │   └── RankConflictError      two files claim the same rank
+    ├── QueryError                 user SQL failed (exit code 2 in the CLI)
     ├── StoreError                 a store directory is missing, partial or of another version
-    └── EngineError                an engine failed to run a partition
+    └── EngineError                an engine failed (unknown engine, a worker died)
 
     DataQualityWarning             data was inferred, clipped or is missing evidence
     └── RankInferredWarning        a file without ``distributedInfo.rank``
@@ -53,6 +54,10 @@ class CorruptTraceError(InputError):
 
 class RankConflictError(InputError):
     """Two input files claim the same rank."""
+
+
+class QueryError(TraceAtlasError):
+    """A user's SQL query failed (syntax, unknown table or column)."""
 
 
 class StoreError(TraceAtlasError):

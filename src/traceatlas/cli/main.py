@@ -14,7 +14,7 @@ import typer
 
 import traceatlas
 from traceatlas.cli import output
-from traceatlas.errors import InputError, StoreError, TraceAtlasError
+from traceatlas.errors import InputError, QueryError, StoreError, TraceAtlasError
 
 app = typer.Typer(
     add_completion=False,
@@ -30,7 +30,14 @@ EngineOpt = Annotated[
     str,
     typer.Option("--engine", help="local (default), dask (LocalCluster) or tcp://scheduler:8786"),
 ]
+FORMATS = ("table", "json", "csv")
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table | json | csv")]
+
+
+def _check_format(fmt: str, allowed: tuple[str, ...] = FORMATS) -> None:
+    if fmt not in allowed:
+        raise typer.BadParameter(f"{fmt!r} is not one of {', '.join(allowed)}",
+                                 param_hint="--format")
 
 
 def _guard(fn: F) -> F:
@@ -41,10 +48,10 @@ def _guard(fn: F) -> F:
         output.install_warning_printer()
         try:
             return fn(*args, **kwargs)
-        except (InputError, StoreError) as exc:
+        except (InputError, StoreError, QueryError) as exc:
             output.stderr.print(f"[red]error[/red]: {exc}", highlight=False)
             raise typer.Exit(EXIT_BAD_INPUT) from None
-        except TraceAtlasError as exc:
+        except (TraceAtlasError, OSError) as exc:
             output.stderr.print(f"[red]error[/red]: {exc}", highlight=False)
             raise typer.Exit(1) from None
 
@@ -82,6 +89,7 @@ def info(
     engine: EngineOpt = "local",
 ) -> None:
     """Ranks, event counts per category, span and tracks of a trace."""
+    _check_format(fmt, ("table", "json"))
     summary = traceatlas.summarize(_open(path, engine))
     if fmt == "json":
         typer.echo(json.dumps(summary))
@@ -112,6 +120,7 @@ def sql(
     engine: EngineOpt = "local",
 ) -> None:
     """Run DuckDB SQL over the store's tables."""
+    _check_format(fmt)
     frame = _open([path], engine).sql(query)
     output.print_frame(frame, fmt)
 

@@ -7,7 +7,8 @@ files whose events carry no ``cat`` and write numbers as strings.
 
 How: msgspec scans the top level once (validating the JSON and keeping every metadata
 key), then DuckDB's parallel JSON reader parses ``traceEvents`` into Arrow columns, with
-``args`` kept whole as JSON text. Everything after that is vectorised (polars / numpy).
+``args`` kept whole as JSON text. Everything after that is vectorised (DuckDB SQL,
+pyarrow compute, numpy); see ``kineto_tables.py``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from traceatlas.io.sources import Source
 
 _RANK_IN_NAME = re.compile(r"^(?:rank|worker)[-_]?(\d+)(?!\d)", re.IGNORECASE)
 """``rank-3...``, ``rank3...``, ``worker3...`` at the start of a file name (not hostnames)."""
+
+_BOM = b"\xef\xbb\xbf"
+_BOM_AND_SPACE = _BOM + b" \t\r\n"
 
 _ARG_STRUCT = json.dumps(
     {
@@ -88,7 +92,7 @@ class KinetoReader:
 
     def sniff(self, head: bytes, source: Source) -> bool:
         """A JSON object or array: Chrome-trace JSON in either of its two layouts."""
-        return head.lstrip()[:1] in (b"{", b"[")
+        return head.lstrip(_BOM_AND_SPACE)[:1] in (b"{", b"[")
 
     def read(self, source: Source, *, threads: int = 1) -> RankData:
         """Parse one Kineto file into canonical tables (times in ns on the unix clock)."""
@@ -142,6 +146,8 @@ def _split_top_level(source: Source, events_file: BinaryIO) -> tuple[dict[str, A
     """Validate the JSON, write the raw ``traceEvents`` array to ``events_file`` and
     return the decoded top-level metadata and whether any event text was written."""
     data = source.read_bytes()
+    if data.startswith(_BOM):
+        data = data[len(_BOM):]
     stripped = data.lstrip()
     if not stripped:
         raise CorruptTraceError(source.display, "empty file")

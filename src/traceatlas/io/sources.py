@@ -17,7 +17,9 @@ from traceatlas.errors import CorruptTraceError, InputNotFoundError
 TRACE_SUFFIXES: tuple[str, ...] = (".json", ".json.gz")
 """File names a directory or an archive is searched for."""
 
-ARCHIVE_SUFFIXES: tuple[str, ...] = (".tar", ".tar.gz", ".tgz")
+ARCHIVE_SUFFIXES: tuple[str, ...] = (
+    ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz"
+)
 
 _FINGERPRINT_BYTES = 1 << 16
 
@@ -149,5 +151,7 @@ def resolve_inputs(inputs: Iterable[str | os.PathLike[str]]) -> list[Source]:
             sources.append(Source(path))
     if not sources:
         raise InputNotFoundError("<input>", "no input paths given")
-    return sources
+    # The same file named twice (e.g. a directory and a file in it) is one source.
+    unique = {(os.path.abspath(s.path), s.member): s for s in reversed(sources)}
+    return [s for s in sources if unique[(os.path.abspath(s.path), s.member)] is s]
 

@@ -1,8 +1,8 @@
 """The canonical model, declared once as data.
 
 Every table is stored one Parquet file per rank. Times are integer nanoseconds on the
-trace's common clock (``*_ns``); sizes are bytes. Readers, the store, validation and the
-docs read these declarations; nothing else spells out a column list.
+trace's common clock (``*_ns``); sizes are bytes. Readers and the store (``conform``:
+column order and types) read these declarations; nothing else spells out a column list.
 """
 
 from __future__ import annotations
@@ -148,7 +148,8 @@ MESSAGES = Table(
 
 FLOWS = Table(
     "flows",
-    "Links between events (Kineto ac2g launch -> kernel, fwdbwd), one row per flow id.",
+    "Links between events (Kineto ac2g launch -> kernel, fwdbwd): one row per link; a "
+    "repeated id gives several rows, a missing side is null.",
     (
         RANK,
         _c("flow_id", pa.string(), "", "Flow id as the source wrote it.", False),
@@ -198,7 +199,6 @@ DEVICE_CATEGORIES: frozenset[str] = frozenset(
 )
 """Categories of activity that runs on a device rather than a host thread."""
 
-TRACK_KINDS: tuple[str, ...] = ("host_thread", "gpu_stream", "device", "counter", "other")
 
 
 def empty_table(name: str) -> pa.Table:

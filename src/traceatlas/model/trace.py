@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from traceatlas.errors import StoreError
+from traceatlas.errors import QueryError
 from traceatlas.model.schema import TABLES
 from traceatlas.store.layout import table_glob
 from traceatlas.store.manifest import read_manifest
@@ -98,6 +98,6 @@ class Trace:
         try:
             return pl.from_arrow(con.sql(query).to_arrow_table())  # type: ignore[return-value]
         except duckdb.Error as exc:
-            raise StoreError("SQL failed: " + " ".join(str(exc).split())) from exc
+            raise QueryError("SQL failed: " + " ".join(str(exc).split())) from exc
         finally:
             con.close()

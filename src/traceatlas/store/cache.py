@@ -23,8 +23,8 @@ def cache_root() -> Path:
 
 
 def cache_path(inputs: Sequence[str]) -> Path:
-    """Store location for a list of input paths (order-independent)."""
-    key = "\n".join(sorted(os.path.abspath(p) for p in inputs))
+    """Store location for a list of input paths (order matters: it can decide ranks)."""
+    key = "\n".join(os.path.abspath(p) for p in inputs)
     return cache_root() / (hashlib.blake2b(key.encode(), digest_size=10).hexdigest() + ".tastore")
 
 
