@@ -48,3 +48,21 @@ def test_array_of_non_objects_is_not_a_trace(tmp_path: Path) -> None:
     with pytest.raises(traceatlas.UnsupportedFormatError, match="not a Chrome trace"):
         traceatlas.ingest(src, tmp_path / "s")
     assert not (tmp_path / "s").exists()
+
+
+def test_absolute_microsecond_timestamps_keep_their_nanoseconds(tmp_path: Path) -> None:
+    # 1712195495519689.047 us is beyond a double's ns resolution; it must stay exact.
+    src = tmp_path / "trace.json"
+    src.write_text(
+        '{"distributedInfo": {"rank": 0}, "traceEvents": ['
+        '{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1712195495519689.047, '
+        '"dur": 1.001},'
+        '{"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 1712195495519695.812, '
+        '"dur": 0.5},'
+        '{"ph": "i", "name": "m", "pid": 1, "tid": 1, "ts": 1712195495519700, "s": "t"}]}'
+    )
+    trace = traceatlas.Trace(traceatlas.ingest(src, tmp_path / "s"))
+    iv = trace.intervals.sort("start_ns").collect()
+    assert iv["start_ns"].to_list() == [1712195495519689047, 1712195495519695812]
+    assert iv["end_ns"].to_list() == [1712195495519690048, 1712195495519696312]
+    assert trace.instants.collect()["ts_ns"].to_list() == [1712195495519700000]

@@ -103,8 +103,8 @@ class KinetoReader:
         try:
             con = duckdb.connect(":memory:", config={"threads": max(1, threads)})
             with os.fdopen(fd, "wb") as events_file:
-                meta, has_events = _split_top_level(source, events_file)
-            base_ns = _base_time_ns(meta)
+                meta, has_events, rebase_us = _split_top_level(source, events_file)
+            base_ns = _base_time_ns(meta) + rebase_us * 1000
             # No local references to the parsed tables: build_tables can free columns.
             tables = kineto_tables.build_tables(
                 con,
@@ -142,9 +142,12 @@ class KinetoReader:
         )
 
 
-def _split_top_level(source: Source, events_file: BinaryIO) -> tuple[dict[str, Any], bool]:
+def _split_top_level(
+    source: Source, events_file: BinaryIO
+) -> tuple[dict[str, Any], bool, int]:
     """Validate the JSON, write the raw ``traceEvents`` array to ``events_file`` and
-    return the decoded top-level metadata and whether any event text was written."""
+    return the decoded top-level metadata, whether any event text was written, and the
+    rebase (us) subtracted from absolute fractional timestamps (see ``_write_events``)."""
     data = source.read_bytes()
     if data.startswith(_BOM):
         data = data[len(_BOM):]
@@ -159,9 +162,9 @@ def _split_top_level(source: Source, events_file: BinaryIO) -> tuple[dict[str, A
                     source.display, "JSON array whose items are not event objects; "
                     "not a Chrome trace"
                 )
+            has_events = bool(items)
             del items
-            events_file.write(data)
-            return {}, bool(stripped.strip(b"[] \n\r\t"))
+            return {}, has_events, _write_events(data, events_file)
         top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
     except msgspec.ValidationError as exc:
         raise UnsupportedFormatError(
@@ -180,11 +183,37 @@ def _split_top_level(source: Source, events_file: BinaryIO) -> tuple[dict[str, A
             source.display, f"JSON object without 'traceEvents' (keys: {keys}){hint}"
         )
     events = top.pop("traceEvents")
-    events_file.write(events)
+    rebase_us = _write_events(events, events_file)
     has_events = bool(bytes(memoryview(events)[:64]).strip(b"[ \n\r\t"))
     del events
     meta = {key: msgspec.json.decode(raw) for key, raw in top.items()}
-    return meta, has_events
+    return meta, has_events, rebase_us
+
+
+_ABSOLUTE_FRACTIONAL_TS = re.compile(rb'"ts"\s*:\s*"?-?\d{16,}\.\d')
+_TS_VALUE = re.compile(rb'("ts"\s*:\s*"?)(-?\d+)')
+_REBASE_UNIT_US = 10**9
+
+
+def _write_events(events: Any, events_file: BinaryIO) -> int:
+    """Write the events text; return the rebase in us applied to its timestamps.
+
+    DuckDB reads numbers as doubles, which cannot hold absolute unix microseconds with a
+    fraction (16 integer digits + 3) to the ns. When the text has such timestamps, the
+    integer part of every ``"ts"`` is rebased in the text itself (exact integer
+    arithmetic on the digits, fraction untouched) and the rebase is added back in ns.
+    """
+    sample = bytes(memoryview(events)[: 1 << 20])
+    match = _ABSOLUTE_FRACTIONAL_TS.search(sample)
+    if match is None:
+        events_file.write(events)
+        return 0
+    first = int(re.search(rb"-?\d{16,}", match.group(0)).group(0))  # type: ignore[union-attr]
+    rebase_us = first // _REBASE_UNIT_US * _REBASE_UNIT_US
+    events_file.write(_TS_VALUE.sub(
+        lambda m: m.group(1) + str(int(m.group(2)) - rebase_us).encode(), bytes(events)
+    ))
+    return rebase_us
 
 
 def _load_events(
