@@ -74,16 +74,6 @@ FROM read_json(
 )
 """
 
-_EMPTY_EVENTS_SQL = """
-SELECT
-  NULL::VARCHAR AS ph, NULL::VARCHAR AS cat, NULL::VARCHAR AS name, NULL::VARCHAR AS pid,
-  NULL::VARCHAR AS tid, NULL::VARCHAR AS id, NULL::VARCHAR AS scope, NULL::BIGINT AS ts_ns,
-  NULL::BIGINT AS dur_ns, NULL::VARCHAR AS args,
-  json_transform(NULL::JSON, '{arg_struct}') AS a
-WHERE false
-"""
-
-
 class KinetoReader:
     """Reader for Kineto / Chrome-trace JSON (``.json``, ``.json.gz``)."""
 
@@ -103,18 +93,18 @@ class KinetoReader:
         try:
             con = duckdb.connect(":memory:", config={"threads": max(1, threads)})
             with os.fdopen(fd, "wb") as events_file:
-                meta, has_events, rebase_us = _split_top_level(source, events_file)
+                meta, rebase_us = _split_top_level(source, events_file)
             base_ns = _base_time_ns(meta) + rebase_us * 1000
             # No local references to the parsed tables: build_tables can free columns.
             tables = kineto_tables.build_tables(
-                con,
-                *_load_events(con, events_path if has_events else None, base_ns, source),
-                source.display,
+                con, *_load_events(con, events_path, base_ns), source.display
             )
             chrome_meta = kineto_tables.metadata_events(con)
         except duckdb.Error as exc:
             detail = " ".join(str(exc).replace(events_path, "<events>").split())
-            raise CorruptTraceError(source.display, f"events could not be read ({detail})") from exc
+            raise CorruptTraceError(
+                source.display, f"traceEvents could not be parsed ({detail})"
+            ) from exc
         finally:
             if con is not None:
                 con.close()
@@ -142,12 +132,10 @@ class KinetoReader:
         )
 
 
-def _split_top_level(
-    source: Source, events_file: BinaryIO
-) -> tuple[dict[str, Any], bool, int]:
+def _split_top_level(source: Source, events_file: BinaryIO) -> tuple[dict[str, Any], int]:
     """Validate the JSON, write the raw ``traceEvents`` array to ``events_file`` and
-    return the decoded top-level metadata, whether any event text was written, and the
-    rebase (us) subtracted from absolute fractional timestamps (see ``_write_events``)."""
+    return the decoded top-level metadata and the rebase (us) subtracted from absolute
+    fractional timestamps (see ``_write_events``)."""
     data = source.read_bytes()
     if data.startswith(_BOM):
         data = data[len(_BOM):]
@@ -162,9 +150,8 @@ def _split_top_level(
                     source.display, "JSON array whose items are not event objects; "
                     "not a Chrome trace"
                 )
-            has_events = bool(items)
             del items
-            return {}, has_events, _write_events(data, events_file)
+            return {}, _write_events(data, events_file)
         top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
     except msgspec.ValidationError as exc:
         raise UnsupportedFormatError(
@@ -184,10 +171,9 @@ def _split_top_level(
         )
     events = top.pop("traceEvents")
     rebase_us = _write_events(events, events_file)
-    has_events = bool(bytes(memoryview(events)[:64]).strip(b"[ \n\r\t"))
     del events
     meta = {key: msgspec.json.decode(raw) for key, raw in top.items()}
-    return meta, has_events, rebase_us
+    return meta, rebase_us
 
 
 _ABSOLUTE_FRACTIONAL_TS = re.compile(rb'"ts"\s*:\s*"?-?\d{16,}\.\d')
@@ -217,58 +203,56 @@ def _write_events(events: Any, events_file: BinaryIO) -> int:
 
 
 def _load_events(
-    con: duckdb.DuckDBPyConnection, path: str | None, base_ns: int, source: Source
+    con: duckdb.DuckDBPyConnection, path: str, base_ns: int
 ) -> tuple[pa.Table, pa.Table]:
-    """Parse the ``traceEvents`` array; return (complete events, all other events).
+    """Parse the ``traceEvents`` array (an empty one too); return (complete events, all
+    other events).
 
     The parse result is streamed in record batches and split as it arrives, so the full
     event table never exists alongside its complete-event copy.
     """
-    if path is None:
-        sql = _EMPTY_EVENTS_SQL.format(arg_struct=_ARG_STRUCT)
-    else:
-        sql = _EVENTS_SQL.format(
-            path=path.replace("'", "''"), arg_struct=_ARG_STRUCT, base_ns=int(base_ns)
-        )
+    sql = _EVENTS_SQL.format(
+        path=path.replace("'", "''"), arg_struct=_ARG_STRUCT, base_ns=int(base_ns)
+    )
     complete: list[pa.RecordBatch] = []
     rest: list[pa.RecordBatch] = []
-    try:
-        reader = con.sql(sql).to_arrow_reader(1 << 16)
-        schema = reader.schema
-        for batch in reader:
-            is_complete = pc.fill_null(
-                pc.and_(pc.equal(batch["ph"], "X"),
-                        pc.and_(pc.is_valid(batch["ts_ns"]), pc.is_valid(batch["dur_ns"]))),
-                False,
-            )
-            complete.append(batch.filter(is_complete))
-            rest.append(batch.filter(pc.invert(is_complete)))
-    except duckdb.Error as exc:
-        detail = " ".join(str(exc).replace(path or "", "<events>").split())
-        raise CorruptTraceError(
-            source.display, f"traceEvents could not be parsed ({detail})"
-        ) from exc
+    reader = con.sql(sql).to_arrow_reader(1 << 16)
+    schema = reader.schema
+    for batch in reader:
+        is_complete = pc.fill_null(
+            pc.and_(pc.equal(batch["ph"], "X"),
+                    pc.and_(pc.is_valid(batch["ts_ns"]), pc.is_valid(batch["dur_ns"]))),
+            False,
+        )
+        complete.append(batch.filter(is_complete))
+        rest.append(batch.filter(pc.invert(is_complete)))
     return (
         pa.Table.from_batches(complete, schema=schema),
         pa.Table.from_batches(rest, schema=schema),
     )
 
 
+def _whole_number(value: Any) -> int | None:
+    """A non-negative int from an int (not a bool), a float or a digit string; else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        return int(value) if value.strip().isdigit() else None
+    if isinstance(value, int | float) and value >= 0:
+        return int(value)
+    return None
+
+
 def _base_time_ns(meta: dict[str, Any]) -> int:
-    base = meta.get("baseTimeNanoseconds")
-    if isinstance(base, str) and base.strip().isdigit():
-        return int(base)
-    return int(base) if isinstance(base, int | float) and not isinstance(base, bool) else 0
+    return _whole_number(meta.get("baseTimeNanoseconds")) or 0
 
 
 def _rank_of(meta: dict[str, Any], source: Source) -> tuple[int | None, str | None]:
     dist = meta.get("distributedInfo")
     if isinstance(dist, dict):
         rank = dist.get("rank")
-        if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0:
-            return rank, "distributedInfo"
-        if isinstance(rank, str) and rank.isdigit():
-            return int(rank), "distributedInfo"
+        if not isinstance(rank, float) and (number := _whole_number(rank)) is not None:
+            return number, "distributedInfo"
     match = _RANK_IN_NAME.search(source.file_name)
     if match:
         warnings.warn(
@@ -282,8 +266,9 @@ def _rank_of(meta: dict[str, Any], source: Source) -> tuple[int | None, str | No
 
 
 def _clock_of(meta: dict[str, Any], tables: dict[str, pa.Table]) -> dict[str, object]:
-    if _base_time_ns(meta):
-        return {"method": "baseTimeNanoseconds", "base_ns": _base_time_ns(meta), "offset_ns": 0}
+    base_ns = _base_time_ns(meta)
+    if base_ns:
+        return {"method": "baseTimeNanoseconds", "base_ns": base_ns, "offset_ns": 0}
     starts = tables["intervals"].column("start_ns")
     first = pc.min(starts).as_py() if len(starts) else None
     # Timestamps after 2001-09-09 in us are wall-clock (unix epoch) values.

@@ -44,10 +44,8 @@ def build_tables(
 
     ``complete`` holds the complete events (ph X with ts and dur), ``rest`` all others.
     """
+    _warn_quality(complete, rest, display)
     con.register("ev", rest)
-    con.register("xv0", complete)
-    _warn_quality(con, display)
-    con.unregister("xv0")
     names = _track_names(con)
     unnamed = complete["name"].null_count
     if unnamed:
@@ -138,12 +136,12 @@ def _quote(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _warn_quality(con: duckdb.DuckDBPyConnection, display: str) -> None:
-    no_phase = _scalar(con, "SELECT count(*) FROM ev WHERE ph IS NULL")
+def _warn_quality(complete: pa.Table, rest: pa.Table, display: str) -> None:
+    no_phase = rest["ph"].null_count
     if no_phase:
         _warn(f"{display}: {no_phase} event(s) without 'ph' skipped "
               "(nothing to place on a timeline)")
-    negative = _scalar(con, "SELECT count(*) FROM xv0 WHERE dur_ns < 0")
+    negative = pc.sum(pc.less(complete["dur_ns"], 0)).as_py() or 0
     if negative:
         _warn(f"{display}: {negative} event(s) with negative duration clipped to 0")
 
@@ -322,12 +320,16 @@ def _intervals(xv: pa.Table, track_map: pa.Table) -> pa.Table:
     depth = np.empty(len(order), dtype=np.int64)
     device_rows = is_device.to_numpy(zero_copy_only=False).astype(bool)
     depth[order] = nesting_depth(track[order], start[order], end[order], device_rows[order])
-    steps = _steps(table, start, is_device)
+    steps = _steps(table, start, device_rows)
     table = table.append_column("depth", pa.array(depth, pa.int32()))
     return table.append_column("step", pa.array(steps, pa.int32()))
 
 
-def _steps(table: pa.Table, start: np.ndarray[Any, np.dtype[np.int64]], is_device: Any) -> Any:
+def _steps(
+    table: pa.Table,
+    start: np.ndarray[Any, np.dtype[np.int64]],
+    device: np.ndarray[Any, np.dtype[np.bool_]],
+) -> Any:
     """HTA's rule: host events take the step whose range holds their start; device events
     take the step of the host launch with the same correlation id; else -1."""
     is_step = pc.equal(table["category"], "step")
@@ -339,7 +341,6 @@ def _steps(table: pa.Table, start: np.ndarray[Any, np.dtype[np.int64]], is_devic
         pc.filter(table["end_ns"], is_step).to_numpy(),
         numbers,
     )
-    device = is_device.to_numpy(zero_copy_only=False).astype(bool)
     has_corr = pc.is_valid(table["correlation"]).to_numpy(zero_copy_only=False)
     corr = pc.fill_null(table["correlation"], 0).to_numpy()
     launch = ~device & has_corr
