@@ -127,11 +127,6 @@ def _warn(message: str) -> None:
     warnings.warn(message, DataQualityWarning, stacklevel=3)
 
 
-def _scalar(con: duckdb.DuckDBPyConnection, sql: str) -> Any:
-    rows = con.sql(sql).fetchall()
-    return rows[0][0] if rows else None
-
-
 def _quote(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
