@@ -63,12 +63,12 @@ def ingest_sources(
             threads = max(1, (os.cpu_count() or 1) // eng.workers(n))
             jobs = [PartitionJob(i, src, str(tmp), threads) for i, src in enumerate(sources)]
             on_done = (lambda done: progress(done, n)) if progress else None
-            results = eng.map(ingest_partition, jobs, on_done)
+            results = [r for rs in eng.map(ingest_partition, jobs, on_done) for r in rs]
             _reemit_warnings(results)
             ranks = assign_ranks(results)
             for res in results:
                 if res.staged:
-                    _unstage(tmp, res, ranks[res.index])
+                    _unstage(tmp, res, ranks[res.key])
             shutil.rmtree(tmp / STAGING, ignore_errors=True)
             _check_clocks(results, ranks)
             write_manifest(tmp, _manifest(results, ranks, eng.name))
@@ -87,14 +87,14 @@ def _reemit_warnings(results: list[PartitionResult]) -> None:
             warnings.warn(message, category, stacklevel=4)
 
 
-def _check_clocks(results: list[PartitionResult], ranks: dict[int, int]) -> None:
+def _check_clocks(results: list[PartitionResult], ranks: dict[tuple[int, int], int]) -> None:
     if len(results) < 2:
         return
     for res in results:
         method = str(res.clock.get("method", ""))
         if method.startswith("none"):
             warnings.warn(
-                f"{res.source.display}: rank {ranks[res.index]} has no clock evidence "
+                f"{res.source.display}: rank {ranks[res.key]} has no clock evidence "
                 "(no baseTimeNanoseconds, relative timestamps); its times are used as "
                 "written and may not line up with other ranks",
                 errors.DataQualityWarning,
@@ -102,9 +102,9 @@ def _check_clocks(results: list[PartitionResult], ranks: dict[int, int]) -> None
             )
 
 
-def _manifest(results: list[PartitionResult], ranks: dict[int, int], engine: str) -> dict[str, Any]:
+def _manifest(results: list[PartitionResult], ranks: dict[tuple[int, int], int], engine: str) -> dict[str, Any]:
     formats = sorted({r.source_format for r in results})
-    ordered = sorted(results, key=lambda r: ranks[r.index])
+    ordered = sorted(results, key=lambda r: ranks[r.key])
     return {
         "schema_version": SCHEMA_VERSION,
         "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -114,12 +114,12 @@ def _manifest(results: list[PartitionResult], ranks: dict[int, int], engine: str
             "engine": engine,
         },
         "source_format": formats[0] if len(formats) == 1 else "mixed",
-        "ranks": [ranks[r.index] for r in ordered],
+        "ranks": [ranks[r.key] for r in ordered],
         "tables": sorted(TABLES),
         "sources": [
             {
                 **r.identity,
-                "rank": ranks[r.index],
+                "rank": ranks[r.key],
                 "rank_source": r.rank_source or "assigned (next free rank)",
                 "format": r.source_format,
                 "world_size": r.world_size,
@@ -129,7 +129,7 @@ def _manifest(results: list[PartitionResult], ranks: dict[int, int], engine: str
             }
             for r in ordered
         ],
-        "clock": {str(ranks[r.index]): r.clock for r in ordered},
+        "clock": {str(ranks[r.key]): r.clock for r in ordered},
         "clock_alignment": "wall clock as recorded (offset_ns 0 on every rank); "
         "collective-based alignment is not applied",
     }

@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from traceatlas.io.reading import RankData
 from traceatlas.io.registry import detect
 from traceatlas.io.sources import Source
 from traceatlas.store.writer import write_part
@@ -32,9 +33,10 @@ class PartitionJob:
 
 @dataclass
 class PartitionResult:
-    """What a worker reports back: small, picklable."""
+    """What a worker reports back for one rank of a source: small, picklable."""
 
     index: int
+    sub: int
     source: Source
     identity: dict[str, Any]
     source_format: str
@@ -48,13 +50,25 @@ class PartitionResult:
     warnings: list[tuple[str, str]] = field(default_factory=list)
 
     @property
+    def key(self) -> tuple[int, int]:
+        """(source index, rank index within the source): unique within one ingest."""
+        return (self.index, self.sub)
+
+    @property
     def staged(self) -> bool:
         """True when the rank was unknown and parts wait in the staging area."""
         return self.rank is None
 
+    @property
+    def staging_dir(self) -> str:
+        """Staging sub-directory of this partition (relative to the staging area)."""
+        return f"{self.index}-{self.sub}"
 
-def ingest_partition(job: PartitionJob) -> PartitionResult:
-    """Read one file and write its tables; warnings are captured and returned.
+
+def ingest_partition(job: PartitionJob) -> list[PartitionResult]:
+    """Read one source and write its tables, one result per rank it holds.
+
+    Warnings are captured and returned with the first result.
 
     In a worker process (not the caller's), Arrow uses the system allocator unless
     ``ARROW_DEFAULT_MEMORY_POOL`` is set: it hands freed blocks back at once, which lowered
@@ -68,35 +82,47 @@ def ingest_partition(job: PartitionJob) -> PartitionResult:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         reader = detect(job.source)
-        rank_data = reader.read(job.source, threads=job.threads)
-        store = Path(job.store)
-        rows: dict[str, int] = {}
-        for name, table in rank_data.tables.items():
-            if rank_data.rank is None:
-                path = store / STAGING / str(job.index) / f"{name}.parquet"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                pq.write_table(table, path)
-                rows[name] = table.num_rows
-            else:
-                rows[name] = write_part(store, name, rank_data.rank, table)
-    return PartitionResult(
-        index=job.index,
-        source=job.source,
-        identity=job.source.identity(),
-        source_format=rank_data.source_format,
-        rank=rank_data.rank,
-        rank_source=rank_data.rank_source,
-        clock=rank_data.clock,
-        world_size=rank_data.world_size,
-        host=rank_data.host,
-        rows=rows,
-        seconds=time.perf_counter() - t0,
-        warnings=[(w.category.__name__, str(w.message)) for w in caught],
-    )
+        ranks = reader.read(job.source, threads=job.threads)
+        identity = job.source.identity()
+        results = []
+        for sub, rank_data in enumerate(ranks):
+            result = PartitionResult(
+                index=job.index,
+                sub=sub,
+                source=job.source,
+                identity=identity,
+                source_format=rank_data.source_format,
+                rank=rank_data.rank,
+                rank_source=rank_data.rank_source,
+                clock=rank_data.clock,
+                world_size=rank_data.world_size,
+                host=rank_data.host,
+                rows=_write_rank(Path(job.store), rank_data, sub, job.index),
+                seconds=0.0,
+            )
+            results.append(result)
+            rank_data.tables.clear()  # free each rank's tables once written
+    if results:
+        results[0].seconds = time.perf_counter() - t0
+        results[0].warnings = [(w.category.__name__, str(w.message)) for w in caught]
+    return results
+
+
+def _write_rank(store: Path, rank_data: RankData, sub: int, index: int) -> dict[str, int]:
+    rows: dict[str, int] = {}
+    for name, table in rank_data.tables.items():
+        if rank_data.rank is None:
+            path = store / STAGING / f"{index}-{sub}" / f"{name}.parquet"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, path)
+            rows[name] = table.num_rows
+        else:
+            rows[name] = write_part(store, name, rank_data.rank, table)
+    return rows
 
 
 def unstage(store: Path, result: PartitionResult, rank: int) -> None:
     """Move a staged partition into place under ``rank``."""
-    staged = store / STAGING / str(result.index)
+    staged = store / STAGING / result.staging_dir
     for path in sorted(staged.glob("*.parquet")):
         write_part(store, path.stem, rank, pq.read_table(path))

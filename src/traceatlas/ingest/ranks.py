@@ -8,8 +8,8 @@ from traceatlas.errors import RankConflictError, RankInferredWarning
 from traceatlas.ingest.partition import PartitionResult
 
 
-def assign_ranks(results: list[PartitionResult]) -> dict[int, int]:
-    """Partition index -> rank.
+def assign_ranks(results: list[PartitionResult]) -> dict[tuple[int, int], int]:
+    """Partition key -> rank.
 
     Declared ranks (``distributedInfo`` or file name) are kept; two files with the same
     rank are an error. Files without one take the next free rank, with a warning.
@@ -26,7 +26,7 @@ def assign_ranks(results: list[PartitionResult]) -> dict[int, int]:
                 f"{other.source.display}; pass the files of one run only",
             )
         owner[res.rank] = res
-    ranks = {res.index: res.rank for res in results if res.rank is not None}
+    ranks = {res.key: res.rank for res in results if res.rank is not None}
     free = 0
     for res in results:
         if res.rank is not None:
@@ -34,7 +34,7 @@ def assign_ranks(results: list[PartitionResult]) -> dict[int, int]:
         while free in owner:
             free += 1
         owner[free] = res
-        ranks[res.index] = free
+        ranks[res.key] = free
         warnings.warn(
             f"{res.source.display}: no rank in distributedInfo or the file name; "
             f"assigned rank {free}",

@@ -84,7 +84,7 @@ class KinetoReader:
         """A JSON object or array: Chrome-trace JSON in either of its two layouts."""
         return head.lstrip(_BOM_AND_SPACE)[:1] in (b"{", b"[")
 
-    def read(self, source: Source, *, threads: int = 1) -> RankData:
+    def read(self, source: Source, *, threads: int = 1) -> list[RankData]:
         """Parse one Kineto file into canonical tables (times in ns on the unix clock)."""
         # The events text is staged in $TMPDIR for DuckDB's parallel reader (set
         # TMPDIR=/dev/shm to keep it in RAM: faster, but that memory is not in the RSS).
@@ -121,7 +121,7 @@ class KinetoReader:
                 tracks.schema.get_field_index("host"), "host",
                 pa.array([host] * tracks.num_rows, pa.string()),
             )
-        return RankData(
+        return [RankData(
             tables=tables,
             source_format="kineto",
             rank=rank,
@@ -129,7 +129,7 @@ class KinetoReader:
             clock=_clock_of(meta, tables),
             world_size=world if isinstance(world, int) else None,
             host=host if isinstance(host, str) else None,
-        )
+        )]
 
 
 def _split_top_level(source: Source, events_file: BinaryIO) -> tuple[dict[str, Any], int]:

@@ -21,8 +21,13 @@ class Reader(Protocol):
         """True when ``head`` (the first decompressed bytes) looks like this format."""
         ...
 
-    def read(self, source: Source, *, threads: int) -> RankData:
-        """Parse one file into canonical tables for one rank."""
+    def read(self, source: Source, *, threads: int) -> list[RankData]:
+        """Parse one source into canonical tables, one ``RankData`` per rank it holds.
+
+        A Kineto file holds one rank; an OTF2 archive, a Paraver trace or an nsys report
+        of several processes hold several. Times are integer ns; when the source gives an
+        absolute session start they are on the unix epoch (``RankData.clock`` says).
+        """
         ...
 
 

@@ -15,7 +15,13 @@ from typing import IO
 from traceatlas.errors import CorruptTraceError, InputNotFoundError
 
 TRACE_SUFFIXES: tuple[str, ...] = (".json", ".json.gz")
-"""File names a directory or an archive is searched for."""
+"""File names an archive is searched for (text formats that can be read from a member)."""
+
+FILE_SUFFIXES: tuple[str, ...] = (
+    *TRACE_SUFFIXES, ".sqlite", ".nsys-rep", ".otf2", ".prv", ".prv.gz"
+)
+"""File names a directory is searched for: one per trace or rank (an OTF2 anchor, a
+``.prv`` with its ``.pcf``/``.row`` beside it, an Nsight Systems export or report)."""
 
 ARCHIVE_SUFFIXES: tuple[str, ...] = (
     ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz"
@@ -102,7 +108,37 @@ class Source:
             "size": st.st_size,
             "mtime_ns": st.st_mtime_ns,
             "sampled_blake2b": digest.hexdigest(),
+            "companions": _companions_fingerprint(self.path),
         }
+
+
+def companion_files(path: str) -> list[str]:
+    """Files that belong to the trace ``path`` names: an OTF2 anchor's definitions and
+    event files, a ``.prv``'s ``.pcf`` and ``.row``. Empty for single-file formats."""
+    if path.endswith(".otf2"):
+        stem = path[: -len(".otf2")]
+        found = [stem + ".def"] if os.path.isfile(stem + ".def") else []
+        if os.path.isdir(stem):
+            for root, _dirs, names in os.walk(stem):
+                found.extend(os.path.join(root, n) for n in sorted(names))
+        return found
+    for suffix in (".prv", ".prv.gz"):
+        if path.endswith(suffix):
+            stem = path[: -len(suffix)]
+            return [stem + ext for ext in (".pcf", ".row") if os.path.isfile(stem + ext)]
+    return []
+
+
+def _companions_fingerprint(path: str) -> str | None:
+    files = companion_files(path)
+    if not files:
+        return None
+    digest = hashlib.blake2b(digest_size=16)
+    for f in files:
+        st = os.stat(f)
+        digest.update(f"{os.path.relpath(f, os.path.dirname(path))}:{st.st_size}:"
+                      f"{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
 
 
 def _is_trace_name(name: str) -> bool:
@@ -128,11 +164,12 @@ def _archive_members(path: str) -> list[Source]:
 def _directory_files(path: str) -> list[Source]:
     names = sorted(os.listdir(path))
     files = [os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))]
-    found = [Source(f) for f in files if _is_trace_name(f)]
+    found = [Source(f) for f in files if f.endswith(FILE_SUFFIXES)]
     for archive in (f for f in files if _is_archive(f)):
         found.extend(_archive_members(archive))
     if not found:
-        raise InputNotFoundError(path, "directory holds no trace files (*.json, *.json.gz)")
+        wanted = ", ".join(f"*{s}" for s in FILE_SUFFIXES)
+        raise InputNotFoundError(path, f"directory holds no trace files ({wanted})")
     return found
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from traceatlas.io.sources import Source
 from traceatlas.store.manifest import is_store, read_manifest
 
-_IDENTITY_KEYS = ("path", "member", "size", "mtime_ns", "sampled_blake2b")
+_IDENTITY_KEYS = ("path", "member", "size", "mtime_ns", "sampled_blake2b", "companions")
 
 
 def cache_root() -> Path:
@@ -40,5 +40,6 @@ def is_fresh(store: Path, sources: Sequence[Source]) -> bool:
     def ident(entry: dict[str, object]) -> tuple[object, ...]:
         return tuple(entry.get(k) for k in _IDENTITY_KEYS)
 
-    current = sorted((ident(s.identity()) for s in sources), key=repr)
-    return sorted((ident(e) for e in recorded), key=repr) == current
+    # A source that holds several ranks appears once per rank in the manifest.
+    current = sorted({ident(s.identity()) for s in sources}, key=repr)
+    return sorted({ident(e) for e in recorded}, key=repr) == current

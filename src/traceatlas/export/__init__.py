@@ -1,0 +1,1 @@
+"""Writers from a store to other tools' formats (Chrome/Perfetto JSON, Paraver)."""

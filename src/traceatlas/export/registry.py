@@ -1,0 +1,44 @@
+"""Exporter registry: format name -> exporter, imported lazily."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from traceatlas.errors import InputError
+
+if TYPE_CHECKING:
+    from traceatlas.model.trace import Trace
+
+
+class Exporter(Protocol):
+    """What an exporter provides. One exporter per module in ``traceatlas.export``."""
+
+    name: str
+    description: str
+
+    def write(self, trace: Trace, out: Path) -> list[Path]:
+        """Write ``trace`` to ``out`` (a file, or the base name of several files).
+
+        Returns the files written. Writes atomically: on error nothing is left behind.
+        """
+        ...
+
+
+EXPORTERS: Mapping[str, str] = {
+    "chrome": "traceatlas.export.chrome:ChromeExporter",
+    "paraver": "traceatlas.export.paraver:ParaverExporter",
+}
+"""Format name -> ``module:Class``."""
+
+
+def get_exporter(name: str) -> Exporter:
+    """Instantiate the exporter registered under ``name``; a clear error otherwise."""
+    if name not in EXPORTERS:
+        raise InputError(name, f"unknown export format (choose from {', '.join(EXPORTERS)})")
+    module_name, _, cls_name = EXPORTERS[name].partition(":")
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    exporter: Exporter = cls()
+    return exporter
