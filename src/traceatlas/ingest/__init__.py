@@ -102,7 +102,9 @@ def _check_clocks(results: list[PartitionResult], ranks: dict[tuple[int, int], i
             )
 
 
-def _manifest(results: list[PartitionResult], ranks: dict[tuple[int, int], int], engine: str) -> dict[str, Any]:
+def _manifest(
+    results: list[PartitionResult], ranks: dict[tuple[int, int], int], engine: str
+) -> dict[str, Any]:
     formats = sorted({r.source_format for r in results})
     ordered = sorted(results, key=lambda r: ranks[r.key])
     return {
