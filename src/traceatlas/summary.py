@@ -52,6 +52,21 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "rows": rows,
         "tracks_by_kind": dict(sorted(zip(kinds["kind"], map(int, kinds["n"]), strict=True))),
         "clock_alignment": trace.manifest.get("clock_alignment"),
+        "clock": [_clock_row(int(r), c) for r, c in trace.manifest.get("clock", {}).items()],
+    }
+
+
+def _clock_row(rank: int, clock: dict[str, Any]) -> dict[str, Any]:
+    """One rank's clock: the evidence used, the offset applied (ns), the refinement."""
+    ref = clock.get("refinement") or {}
+    return {
+        "rank": rank,
+        "method": clock.get("method"),
+        "offset_ns": int(clock.get("offset_ns", 0)),
+        "domain": clock.get("domain"),
+        "estimated_offset_ns": ref.get("estimated_offset_ns"),
+        "matches": ref.get("matches"),
+        "applied": ref.get("applied"),
     }
 
 

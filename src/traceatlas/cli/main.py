@@ -69,10 +69,18 @@ def ingest(
     inputs: Annotated[list[Path], typer.Argument(help="Trace files, directories or archives.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Store directory to write.")],
     engine: EngineOpt = "local",
+    align: Annotated[str, typer.Option(
+        "--align",
+        help="Clock alignment across ranks: auto (session starts, then collective/MPI "
+        "event ends where clocks disagree by > 20 us or no start is known), events "
+        "(always refine), start (session starts only).",
+    )] = "auto",
 ) -> None:
     """Read traces into a store (Parquet per table per rank + manifest.json)."""
     with output.progress("ingest") as bar:
-        store = traceatlas.ingest([str(p) for p in inputs], out, engine=engine, progress=bar)
+        store = traceatlas.ingest(
+            [str(p) for p in inputs], out, engine=engine, progress=bar, align=align
+        )
     manifest = traceatlas.Trace(store).manifest
     intervals = sum(int(src["rows"]["intervals"]) for src in manifest["sources"])
     output.stderr.print(
@@ -106,8 +114,19 @@ def info(
             *((f"  {k}", f"{v:,}") for k, v in summary["by_category"].items()),
             *((f"{k} rows", f"{v:,}") for k, v in summary["rows"].items() if k != "intervals"),
             ("tracks by kind", ", ".join(f"{k} {v}" for k, v in summary["tracks_by_kind"].items())),
+            ("clock alignment", str(summary["clock_alignment"])),
+            *((f"  rank {c['rank']}", _clock_text(c)) for c in summary["clock"]),
         ],
     )
+
+
+def _clock_text(clock: dict[str, Any]) -> str:
+    """``method, offset +x.xxx us`` plus the estimate when it was not applied."""
+    text = f"{clock['method']}, offset {clock['offset_ns'] / 1e3:+,.3f} us"
+    if clock["applied"] is False:
+        text += (f" (events suggest {clock['estimated_offset_ns'] / 1e3:+,.3f} us from "
+                 f"{clock['matches']} matches; not applied)")
+    return text
 
 
 @app.command()

@@ -15,6 +15,8 @@ from traceatlas import errors
 from traceatlas._version import __version__
 from traceatlas.engine.base import Engine
 from traceatlas.engine.select import get_engine
+from traceatlas.ingest.align import POLICIES, RankClock
+from traceatlas.ingest.align import align as align_store
 from traceatlas.ingest.partition import STAGING, PartitionJob, PartitionResult, ingest_partition
 from traceatlas.ingest.partition import unstage as _unstage
 from traceatlas.ingest.ranks import assign_ranks
@@ -36,15 +38,19 @@ def ingest(
     *,
     engine: str | Engine | None = None,
     progress: Progress | None = None,
+    align: str = "auto",
 ) -> Path:
     """Ingest a file, a directory of per-rank files, an archive, or a list of them.
 
     The store is written atomically: on any error nothing is left at ``out``.
-    Returns the store path.
+    ``align`` is the clock alignment policy (``auto``, ``events``, ``start``; see
+    ``traceatlas.ingest.align``). Returns the store path.
     """
     if isinstance(inputs, str | os.PathLike):
         inputs = [inputs]
-    return ingest_sources(resolve_inputs(inputs), Path(out), engine=engine, progress=progress)
+    return ingest_sources(
+        resolve_inputs(inputs), Path(out), engine=engine, progress=progress, align=align
+    )
 
 
 def ingest_sources(
@@ -53,8 +59,12 @@ def ingest_sources(
     *,
     engine: str | Engine | None = None,
     progress: Progress | None = None,
+    align: str = "auto",
 ) -> Path:
     """Ingest already-resolved sources into the store ``out``."""
+    if align not in POLICIES:
+        raise errors.InputError("--align", f"unknown policy {align!r} (choose from "
+                                f"{', '.join(POLICIES)})")
     own_engine = not isinstance(engine, Engine)
     eng = get_engine(engine)
     try:
@@ -70,8 +80,8 @@ def ingest_sources(
                 if res.staged:
                     _unstage(tmp, res, ranks[res.key])
             shutil.rmtree(tmp / STAGING, ignore_errors=True)
-            _check_clocks(results, ranks)
-            write_manifest(tmp, _manifest(results, ranks, eng.name))
+            clocks = _align_clocks(tmp, results, ranks, align)
+            write_manifest(tmp, _manifest(results, ranks, eng.name, clocks, align))
     finally:
         if own_engine:
             eng.close()
@@ -87,23 +97,32 @@ def _reemit_warnings(results: list[PartitionResult]) -> None:
             warnings.warn(message, category, stacklevel=4)
 
 
-def _check_clocks(results: list[PartitionResult], ranks: dict[tuple[int, int], int]) -> None:
-    if len(results) < 2:
-        return
-    for res in results:
-        method = str(res.clock.get("method", ""))
-        if method.startswith("none"):
-            warnings.warn(
-                f"{res.source.display}: rank {ranks[res.key]} has no clock evidence "
-                "(no baseTimeNanoseconds, relative timestamps); its times are used as "
-                "written and may not line up with other ranks",
-                errors.DataQualityWarning,
-                stacklevel=4,
-            )
+def _align_clocks(
+    store: Path, results: list[PartitionResult], ranks: dict[tuple[int, int], int], policy: str
+) -> dict[int, dict[str, Any]]:
+    """Align ranks' clocks in ``store``; rank -> clock record for the manifest."""
+    clocks = [
+        RankClock(
+            rank=ranks[r.key],
+            domain_hint=f"source {r.index}",
+            host=r.host,
+            absolute=not str(r.clock.get("method", "none")).startswith("none"),
+            clock=dict(r.clock),
+            source=r.source.display,
+        )
+        for r in results
+    ]
+    for message in align_store(store, clocks, policy):
+        warnings.warn(message, errors.DataQualityWarning, stacklevel=4)
+    return {rc.rank: rc.clock for rc in clocks}
 
 
 def _manifest(
-    results: list[PartitionResult], ranks: dict[tuple[int, int], int], engine: str
+    results: list[PartitionResult],
+    ranks: dict[tuple[int, int], int],
+    engine: str,
+    clocks: dict[int, dict[str, Any]],
+    policy: str,
 ) -> dict[str, Any]:
     formats = sorted({r.source_format for r in results})
     ordered = sorted(results, key=lambda r: ranks[r.key])
@@ -131,7 +150,6 @@ def _manifest(
             }
             for r in ordered
         ],
-        "clock": {str(ranks[r.key]): r.clock for r in ordered},
-        "clock_alignment": "wall clock as recorded (offset_ns 0 on every rank); "
-        "collective-based alignment is not applied",
+        "clock": {str(ranks[r.key]): clocks[ranks[r.key]] for r in ordered},
+        "clock_alignment": policy,
     }
