@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from traceatlas.io.reading import RankData
 from traceatlas.io.registry import detect
+from traceatlas.model.schema import TABLES, empty_table
 from traceatlas.io.sources import Source
 from traceatlas.store.writer import write_part
 
@@ -109,8 +110,12 @@ def ingest_partition(job: PartitionJob) -> list[PartitionResult]:
 
 
 def _write_rank(store: Path, rank_data: RankData, sub: int, index: int) -> dict[str, int]:
+    """Write every canonical table of one rank (an empty part where the reader gave none,
+    so each table of a store has files to scan)."""
     rows: dict[str, int] = {}
-    for name, table in rank_data.tables.items():
+    tables = {name: rank_data.tables.get(name) for name in TABLES}
+    for name, found in tables.items():
+        table = found if found is not None else empty_table(name).drop_columns(["rank"])
         if rank_data.rank is None:
             path = store / STAGING / f"{index}-{sub}" / f"{name}.parquet"
             path.parent.mkdir(parents=True, exist_ok=True)
