@@ -33,6 +33,10 @@ class Reader(Protocol):
 
 READERS: Mapping[str, str] = {
     "kineto": "traceatlas.io.kineto:KinetoReader",
+    "nsys": "traceatlas.io.nsys:NsysReader",
+    "nsys-nvtx-csv": "traceatlas.io.nsys_nvtx_csv:NsysNvtxCsvReader",
+    "paraver": "traceatlas.io.paraver:ParaverReader",
+    "otf2": "traceatlas.io.otf2:Otf2Reader",
 }
 """Format name -> ``module:Class``; imported lazily on first use."""
 

@@ -1,0 +1,300 @@
+"""Nsight Systems reader: ``nsys export -t sqlite`` files, and ``.nsys-rep`` reports
+exported with ``nsys`` when it is on PATH.
+
+One ``RankData`` per process (``globalPid``) with events; device activity belongs to
+the process in its ``globalPid``. The rank comes from ``MPI_RANKS``, else from the
+``MPI Rank <n>`` thread name nsys's MPI tracing gives, else it is left to ingest.
+
+Clock (checked on the real exports): schema 3.25 (nsys 2026.2) writes times on the
+system clock and gives ``TARGET_INFO_SESSION_START_TIME.systemClockNs`` (equal to
+``ANALYSIS_DETAILS.startTime``); schemas 2.9 and 3.13 have no ``systemClockNs`` and
+write times relative to the session start (every event in [0, duration]). Times are
+put on the unix epoch as ``t + utcEpochNs - systemClockNs`` (``systemClockNs`` = 0 when
+absent). Tables are read with the standard library's ``sqlite3``, read-only; see
+``nsys_tables.py`` for how events become canonical rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from traceatlas.errors import CorruptTraceError, DataQualityWarning, UnsupportedFormatError
+from traceatlas.io import nsys_tables as nt
+from traceatlas.io.nsys_schema import READ_TABLES, Catalog, nvtx_codes, quote
+from traceatlas.io.reading import RankData
+from traceatlas.io.sources import Source
+from traceatlas.model.schema import empty_table
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+REPORT_SUFFIX = ".nsys-rep"
+_EXPORT_META = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # new, old (schema 2.x) name
+_MPI_RANK_THREAD = re.compile(r"^MPI Rank (\d+)$")
+_CLOCK_SLACK_NS = 1_000_000_000
+_LOOKUP_PREFIXES = ("ENUM_", "TARGET_INFO_", "META_DATA_", "EXPORT_META_DATA", "StringIds",
+                    "ThreadNames", "PROCESSES", "ANALYSIS_", "ProcessStreams", "MPI_RANKS",
+                    "NVTX_PAYLOAD_", "UnwindMethodType", "sqlite_")
+
+
+class NsysReader:
+    """Reader for Nsight Systems SQLite exports (and ``.nsys-rep`` through ``nsys``)."""
+
+    name = "nsys"
+    description = "Nsight Systems SQLite export (.sqlite), or .nsys-rep with nsys on PATH"
+
+    def sniff(self, head: bytes, source: Source) -> bool:
+        """An SQLite database, or a file named ``*.nsys-rep``."""
+        if source.member is None and source.path.endswith(REPORT_SUFFIX):
+            return True
+        return head.startswith(SQLITE_MAGIC)
+
+    def read(self, source: Source, *, threads: int = 1) -> list[RankData]:
+        """One ``RankData`` per process with events (times in ns on the unix epoch when
+        the export gives the session start)."""
+        if source.member is not None:
+            raise UnsupportedFormatError(
+                source.display, "an Nsight Systems file inside an archive cannot be read "
+                "(SQLite needs a real file); extract it first")
+        if source.path.endswith(REPORT_SUFFIX):
+            return _read_report(source)
+        return read_export(source.path, source.display)
+
+
+def _read_report(source: Source) -> list[RankData]:
+    """Export a ``.nsys-rep`` with ``nsys`` into a temporary directory, then read it."""
+    exe = shutil.which("nsys")
+    if exe is None:
+        raise UnsupportedFormatError(
+            source.display, "a .nsys-rep needs `nsys` on PATH to export it; run "
+            f"`nsys export -t sqlite {source.path}` and pass the .sqlite")
+    with tempfile.TemporaryDirectory(prefix="traceatlas-nsys-") as tmp:
+        out = os.path.join(tmp, "export.sqlite")
+        done = subprocess.run(
+            [exe, "export", "-t", "sqlite", "--include-json=true", "-o", out, source.path],
+            capture_output=True, text=True, check=False,
+        )
+        if done.returncode != 0 or not os.path.isfile(out):
+            lines = (done.stderr or done.stdout or "").strip().splitlines()
+            detail = lines[-1].replace(tmp, "<tmp>") if lines else "no output"
+            raise CorruptTraceError(
+                source.display, f"`nsys export` failed (exit {done.returncode}): {detail}")
+        return read_export(out, source.display)
+
+
+def read_export(path: str, display: str) -> list[RankData]:
+    """Read one ``nsys export -t sqlite`` file; ``display`` names it in messages."""
+    with open(path, "rb") as fh:
+        if fh.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+            raise UnsupportedFormatError(
+                display, "compressed SQLite file; decompress it and pass the .sqlite")
+    uri = Path(path).absolute().as_uri() + "?mode=ro"
+    try:
+        con = sqlite3.connect(uri, uri=True)
+    except sqlite3.Error as exc:
+        raise CorruptTraceError(display, f"cannot open SQLite file ({exc})") from exc
+    try:
+        return _read(con, display)
+    except sqlite3.Error as exc:
+        raise CorruptTraceError(display, f"SQLite error ({exc})") from exc
+    finally:
+        con.close()
+
+
+def _read(con: sqlite3.Connection, display: str) -> list[RankData]:
+    cat = Catalog(con, display)
+    if "StringIds" not in cat.tables or not any(
+        t.startswith(("TARGET_INFO_", "META_DATA_", "EXPORT_META_DATA")) for t in cat.tables
+    ):
+        raise UnsupportedFormatError(
+            display, "SQLite database that is not an Nsight Systems export (no StringIds "
+            "and TARGET_INFO_*/META_DATA_* tables)")
+    meta = _export_meta(cat)
+    session = _first_row(cat, "TARGET_INFO_SESSION_START_TIME")
+    loaded = nt.load(cat)
+    base_ns, clock, origin = _clock(session, loaded.min_time, display)
+    procs = nt.processes(con)
+    owners = _metric_owners(con, procs)
+    if not procs and owners:
+        procs = [-1]
+    if not procs:
+        warnings.warn(f"{display}: the export holds no events the reader knows",
+                      DataQualityWarning, stacklevel=3)
+        procs = [-1]
+    nt.number_tracks(con)
+    host = _hostname(cat)
+    threads = _thread_names(cat)
+    ranks = _ranks(cat, threads)
+    names = _process_names(cat)
+    shared = _shared_metadata(cat, display, meta, session, origin)
+    out: list[RankData] = []
+    for proc in sorted(procs, key=lambda p: (ranks.get(p, (None, ""))[0] is None,
+                                             ranks.get(p, (0, ""))[0], p)):
+        rank, rank_source = ranks.get(proc, (None, None))
+        info = nt.ProcessInfo(proc, host, threads.get(proc, {}),
+                              sorted(d for d, o in owners.items() if o == proc))
+        tables = nt.build_process(con, info, base_ns)
+        tables["messages"] = nt.messages(con, proc, rank, base_ns, display) \
+            if loaded.has_p2p else _empty("messages")
+        tables["flows"] = _empty("flows")
+        process = {"globalPid": proc << 24 if proc >= 0 else None,
+                   "pid": proc & nt.PID_MASK if proc >= 0 else None, "name": names.get(proc)}
+        domains = [d for d in loaded.domains if d["process"] == proc]
+        tables["metadata"] = _metadata([*shared, ("process", process), ("nvtx_domains", domains)])
+        out.append(RankData(tables=tables, source_format="nsys", rank=rank,
+                            rank_source=rank_source, clock=clock, host=host))
+    return out
+
+
+def _empty(name: str) -> pa.Table:
+    return empty_table(name).drop_columns(["rank"])
+
+
+def _first_row(cat: Catalog, table: str) -> dict[str, Any]:
+    if not cat.has(table):
+        return {}
+    cursor = cat.con.execute(f"SELECT * FROM {quote(table)} LIMIT 1")
+    row = cursor.fetchone()
+    return {} if row is None else {d[0]: v for d, v in zip(cursor.description, row, strict=True)}
+
+
+def _export_meta(cat: Catalog) -> dict[str, str]:
+    for table in _EXPORT_META:
+        if cat.has(table) and {"name", "value"} <= set(cat.columns(table)):
+            return {str(k): str(v) for k, v in cat.con.execute(
+                f"SELECT name, value FROM {table}")}
+    return {}
+
+
+def _clock(session: dict[str, Any], min_time: int | None,
+           display: str) -> tuple[int, dict[str, object], int]:
+    """(ns to add, clock record, system-clock origin subtracted)."""
+    utc = session.get("utcEpochNs")
+    origin = session.get("systemClockNs") or 0
+    if not isinstance(origin, int):
+        origin = 0
+    if origin and min_time is not None and min_time < origin - _CLOCK_SLACK_NS:
+        warnings.warn(
+            f"{display}: events start {(origin - min_time) / 1e9:.3f} s before "
+            "TARGET_INFO_SESSION_START_TIME.systemClockNs; times taken as session-relative",
+            DataQualityWarning, stacklevel=3)
+        origin = 0
+    if not isinstance(utc, int):
+        return 0, {"method": "none (no TARGET_INFO_SESSION_START_TIME.utcEpochNs; times as "
+                   "written)", "base_ns": 0, "offset_ns": 0}, origin
+    base = utc - origin
+    return base, {"method": "TARGET_INFO_SESSION_START_TIME", "base_ns": base,
+                  "offset_ns": 0}, origin
+
+
+def _metric_owners(con: sqlite3.Connection, procs: list[int]) -> dict[int, int]:
+    """Device -> process that gets its GPU metrics counter track: the first process
+    with activity on that device, else the first process."""
+    owners: dict[int, int] = {}
+    for (device,) in con.execute("SELECT DISTINCT device FROM temp.ta_gm ORDER BY 1"):
+        row = con.execute("SELECT min(proc) FROM temp.ta_ev WHERE kind = ? AND device = ?",
+                          (nt.STREAM, device)).fetchone()
+        owner = row[0] if row[0] is not None else (procs[0] if procs else -1)
+        owners[int(device)] = int(owner)
+    return owners
+
+
+def _hostname(cat: Catalog) -> str | None:
+    table = "TARGET_INFO_SYSTEM_ENV"
+    if not cat.has(table) or not {"name", "value"} <= set(cat.columns(table)):
+        return None
+    row = cat.con.execute(f"SELECT value FROM {table} WHERE name = 'Hostname' LIMIT 1").fetchone()
+    return None if row is None or row[0] is None else str(row[0])
+
+
+def _thread_names(cat: Catalog) -> dict[int, dict[int, str]]:
+    """process -> tid -> name, from ThreadNames (else NVTX thread names)."""
+    out: dict[int, dict[int, str]] = {}
+    sources = []
+    if cat.has("ThreadNames"):
+        sources.append("SELECT t.globalTid, s.value FROM ThreadNames AS t "
+                       "JOIN StringIds AS s ON s.id = t.nameId")
+    if cat.has("NVTX_EVENTS") and "text" in cat.columns("NVTX_EVENTS"):
+        code = nvtx_codes(cat)["NvtxThread"]
+        sources.insert(0, f"SELECT globalTid, text FROM NVTX_EVENTS WHERE eventType = {code}")
+    for sql in sources:  # ThreadNames last: it wins
+        for gtid, name in cat.con.execute(sql):
+            if gtid is not None and name:
+                out.setdefault(int(gtid) >> 24, {})[int(gtid) & nt.PID_MASK] = str(name)
+    return out
+
+
+def _ranks(cat: Catalog, threads: dict[int, dict[int, str]]) -> dict[int, tuple[int, str]]:
+    """process -> (rank, evidence): MPI_RANKS, else a thread named ``MPI Rank <n>``."""
+    out: dict[int, tuple[int, str]] = {}
+    if cat.has("MPI_RANKS") and {"globalTid", "rank"} <= set(cat.columns("MPI_RANKS")):
+        for proc, rank in cat.con.execute(
+            "SELECT globalTid >> 24, min(rank) FROM MPI_RANKS GROUP BY 1"
+        ):
+            if proc is not None and rank is not None:
+                out[int(proc)] = (int(rank), "MPI_RANKS")
+    for proc, names in threads.items():
+        for name in names.values():
+            match = _MPI_RANK_THREAD.match(name)
+            if match and proc not in out:
+                out[proc] = (int(match.group(1)), f"thread name '{name}'")
+    return out
+
+
+def _process_names(cat: Catalog) -> dict[int, str]:
+    if not cat.has("PROCESSES") or not {"globalPid", "name"} <= set(cat.columns("PROCESSES")):
+        return {}
+    return {int(g) >> 24: str(n) for g, n in cat.con.execute(
+        "SELECT globalPid, name FROM PROCESSES") if g is not None and n is not None}
+
+
+def _jsonable(value: Any) -> Any:
+    return value.hex() if isinstance(value, bytes) else value
+
+
+def _table_rows(cat: Catalog, table: str) -> list[dict[str, Any]]:
+    if not cat.has(table):
+        return []
+    cursor = cat.con.execute(f"SELECT * FROM {quote(table)}")
+    keys = [d[0] for d in cursor.description]
+    return [{k: _jsonable(v) for k, v in zip(keys, row, strict=True)} for row in cursor]
+
+
+def _shared_metadata(cat: Catalog, display: str, meta: dict[str, str],
+                     session: dict[str, Any], origin: int) -> list[tuple[str, Any]]:
+    """Metadata every process of the file shares."""
+    capture = dict(cat.con.execute("SELECT name, value FROM META_DATA_CAPTURE").fetchall()) \
+        if cat.has("META_DATA_CAPTURE") else {}
+    not_read = {t: cat.rows(t) for t in sorted(cat.tables)
+                if t not in READ_TABLES and not t.startswith(_LOOKUP_PREFIXES)}
+    return [
+        ("source_file", display),
+        ("source_format", "nsys-sqlite"),
+        ("EXPORT_SCHEMA_VERSION", meta.get("EXPORT_SCHEMA_VERSION")),
+        ("export_metadata", meta),
+        ("capture_metadata", capture),
+        ("session_start", {k: _jsonable(v) for k, v in session.items()}),
+        ("time_origin", {
+            "systemClockNs_subtracted": origin,
+            "times_as_written": "system clock" if origin else "session-relative",
+        }),
+        ("hostname", _hostname(cat)),
+        ("gpus", _table_rows(cat, "TARGET_INFO_GPU")),
+        ("tables_not_read", {t: n for t, n in not_read.items() if n}),
+    ]
+
+
+def _metadata(items: list[tuple[str, Any]]) -> pa.Table:
+    return pa.table({
+        "key": pa.array([k for k, _ in items], pa.string()),
+        "value": pa.array([json.dumps(v, default=str) for _, v in items], pa.string()),
+    })

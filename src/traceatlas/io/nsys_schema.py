@@ -1,0 +1,327 @@
+"""The Nsight Systems export tables the nsys reader reads, declared as data, and the
+run-time column check (``PRAGMA table_info``) that turns them into SQL.
+
+The export schema changes between nsys releases and tables exist only when they hold
+data, so every query is built from the columns the file really has: a missing expected
+column becomes ``NULL`` (with a DataQualityWarning naming file, table and column), and
+columns the reader does not map go into the ``args`` JSON text (unknown ones with a
+warning), so nothing the file holds is dropped silently.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from traceatlas.errors import DataQualityWarning
+
+
+@dataclass(frozen=True)
+class SourceTable:
+    """One nsys table: the columns the reader maps and those it knows.
+
+    ``required`` columns are needed to place an event at all (missing: the table is not
+    read, with a warning); ``expected`` ones feed canonical columns (missing: NULL, with a
+    warning); ``known`` ones exist in some export version and go to ``args`` silently;
+    ``consumed`` columns are not repeated in ``args``; ``strings`` hold StringIds ids
+    that ``args`` resolves to text; ``enums`` map a column to an ``ENUM_*`` table whose
+    label ``args`` shows instead of the code.
+    """
+
+    name: str
+    required: tuple[str, ...]
+    expected: tuple[str, ...] = ()
+    known: tuple[str, ...] = ()
+    consumed: frozenset[str] = frozenset()
+    strings: frozenset[str] = frozenset()
+    enums: dict[str, str] = field(default_factory=dict)
+
+
+_DEVICE_COMMON = ("start", "end", "deviceId", "streamId", "correlationId", "globalPid")
+_DEVICE_CONSUMED = frozenset(_DEVICE_COMMON)
+_GRID = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
+
+KERNEL = SourceTable(
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    required=("start", "end", "globalPid"),
+    expected=(*_DEVICE_COMMON, "demangledName", "shortName", *_GRID, "contextId",
+              "registersPerThread", "staticSharedMemory", "dynamicSharedMemory"),
+    known=("greenContextId", "mangledName", "launchType", "cacheConfig",
+           "localMemoryPerThread", "localMemoryTotal", "gridId", "sharedMemoryExecuted",
+           "graphNodeId", "sharedMemoryLimitConfig", "qmdBulkReleaseDone", "qmdPreexitDone",
+           "qmdLastCtaDone", "graphId", "clusterX", "clusterY", "clusterZ",
+           "clusterSchedulingPolicy", "maxPotentialClusterSize", "maxActiveClusters",
+           "sharedMemoryRequestedPercentage", "tensorSizeMinusOneElements", "name"),
+    consumed=_DEVICE_CONSUMED | {"demangledName", *_GRID},
+    strings=frozenset({"shortName"}),
+    enums={"launchType": "ENUM_CUDA_KERNEL_LAUNCH_TYPE",
+           "cacheConfig": "ENUM_CUDA_FUNC_CACHE_CONFIG"},
+)
+
+MEMCPY = SourceTable(
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    required=("start", "end", "globalPid"),
+    expected=(*_DEVICE_COMMON, "bytes", "copyKind", "contextId"),
+    known=("greenContextId", "deprecatedSrcId", "srcKind", "dstKind", "srcDeviceId",
+           "srcContextId", "dstDeviceId", "dstContextId", "migrationCause", "graphNodeId",
+           "virtualAddress", "copyCount", "name"),
+    consumed=_DEVICE_CONSUMED | {"bytes"},
+    enums={"copyKind": "ENUM_CUDA_MEMCPY_OPER", "srcKind": "ENUM_CUDA_MEM_KIND",
+           "dstKind": "ENUM_CUDA_MEM_KIND", "migrationCause": "ENUM_CUDA_UNIF_MEM_MIGRATION"},
+)
+
+MEMSET = SourceTable(
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    required=("start", "end", "globalPid"),
+    expected=(*_DEVICE_COMMON, "bytes", "value", "contextId"),
+    known=("greenContextId", "graphNodeId", "memKind", "name"),
+    consumed=_DEVICE_CONSUMED | {"bytes"},
+    enums={"memKind": "ENUM_CUDA_MEM_KIND"},
+)
+
+SYNC = SourceTable(
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+    required=("start", "end", "globalPid"),
+    expected=(*_DEVICE_COMMON, "syncType", "contextId"),
+    known=("greenContextId", "deprecatedSyncType", "eventId", "eventSyncId", "name"),
+    consumed=_DEVICE_CONSUMED,
+    enums={"syncType": "ENUM_CUPTI_SYNC_TYPE"},
+)
+
+RUNTIME = SourceTable(
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    required=("start", "end", "globalTid"),
+    expected=("correlationId", "nameId", "eventClass"),
+    known=("returnValue", "callchainId", "name"),
+    consumed=frozenset({"start", "end", "globalTid", "correlationId"}),
+    strings=frozenset({"nameId"}),
+)
+
+NVTX = SourceTable(
+    "NVTX_EVENTS",
+    required=("start", "globalTid", "eventType"),
+    expected=("end", "text", "textId", "domainId"),
+    known=("rangeId", "category", "color", "endGlobalTid", "uint64Value", "int64Value",
+           "doubleValue", "uint32Value", "int32Value", "floatValue", "jsonTextId",
+           "jsonText", "binaryData"),
+    consumed=frozenset({"start", "end", "globalTid", "text", "textId"}),
+    strings=frozenset({"jsonTextId"}),
+)
+
+OSRT = SourceTable(
+    "OSRT_API",
+    required=("start", "end", "globalTid"),
+    expected=("nameId",),
+    known=("eventClass", "returnValue", "nestingLevel", "callchainId", "correlationId"),
+    consumed=frozenset({"start", "end", "globalTid", "nameId"}),
+)
+
+_MPI_KNOWN = ("tag", "remoteRank", "size", "recvSize", "rootRank", "commHandle",
+              "collSendSize", "collRecvSize", "requestHandle", "sourceRank", "destRank")
+
+
+def _mpi(name: str) -> SourceTable:
+    return SourceTable(
+        name,
+        required=("start", "end", "globalTid"),
+        expected=("textId",),
+        known=_MPI_KNOWN,
+        consumed=frozenset({"start", "end", "globalTid", "textId"}),
+    )
+
+
+MPI_P2P = _mpi("MPI_P2P_EVENTS")
+MPI_TABLES: tuple[SourceTable, ...] = (
+    MPI_P2P, _mpi("MPI_COLLECTIVES_EVENTS"), _mpi("MPI_START_WAIT_EVENTS"),
+    _mpi("MPI_OTHER_EVENTS"),
+)
+
+GPU_METRICS = SourceTable(
+    "GPU_METRICS", required=("timestamp", "typeId", "metricId"), expected=("value",)
+)
+
+READ_TABLES: frozenset[str] = frozenset(
+    t.name for t in (KERNEL, MEMCPY, MEMSET, SYNC, RUNTIME, NVTX, OSRT, *MPI_TABLES,
+                     GPU_METRICS)
+)
+"""Event tables the reader turns into canonical rows (others are listed in metadata)."""
+
+NVTX_EVENT_TYPES: dict[str, int] = {
+    "NvtxMark": 34, "NvtxThread": 39, "NvtxPushPopRange": 59, "NvtxStartEndRange": 60,
+    "NvtxtMark": 65, "NvtxtPushPopRange": 70, "NvtxtStartEndRange": 71,
+    "NvtxDomainCreate": 75, "NvtxCategory": 33, "NvtxtCategory": 64,
+}
+"""NVTX_EVENTS.eventType codes (ENUM_NSYS_EVENT_TYPE of the real exports; the file's own
+enum table wins when it has one)."""
+NVTX_RANGES = ("NvtxPushPopRange", "NvtxStartEndRange", "NvtxtPushPopRange",
+               "NvtxtStartEndRange")
+NVTX_MARKS = ("NvtxMark", "NvtxtMark")
+NVTX_NOT_EVENTS = ("NvtxThread", "NvtxDomainCreate", "NvtxCategory", "NvtxtCategory")
+
+MEMCPY_LABELS: dict[int, str] = {
+    0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
+    4: "Array-to-Host", 5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array",
+    8: "Device-to-Device", 9: "Host-to-Host", 10: "Peer-to-Peer",
+    11: "Unified Host-to-Device", 12: "Unified Device-to-Host",
+    13: "Unified Device-to-Device",
+}
+"""CUPTI copyKind -> label (ENUM_CUDA_MEMCPY_OPER of the real exports), when the file
+has no enum table."""
+SYNC_LABELS: dict[int, str] = {
+    0: "Unknown sync", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync",
+    4: "Context sync",
+}
+"""CUPTI syncType -> label (ENUM_CUPTI_SYNC_TYPE), when the file has no enum table."""
+
+_JSON_PAIRS_PER_CALL = 40  # SQLite caps function arguments (default 127)
+
+
+def quote(name: str) -> str:
+    """An SQL identifier in double quotes."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def literal(value: str) -> str:
+    """An SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+class Catalog:
+    """Tables and columns of one export, checked against the declarations above."""
+
+    def __init__(self, con: sqlite3.Connection, display: str) -> None:
+        self.con = con
+        self.display = display
+        rows = con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        self.tables: frozenset[str] = frozenset(str(r[0]) for r in rows)
+        self._columns: dict[str, dict[str, str]] = {}
+
+    def has(self, table: str) -> bool:
+        """True when the export has the table (tables are created lazily)."""
+        return table in self.tables
+
+    def columns(self, table: str) -> dict[str, str]:
+        """Column name -> declared type (upper case) of ``table``; empty if absent."""
+        if table not in self._columns:
+            info = self.con.execute(f"PRAGMA table_info({quote(table)})").fetchall()
+            self._columns[table] = {str(r[1]): str(r[2] or "").upper() for r in info}
+        return self._columns[table]
+
+    def rows(self, table: str) -> int:
+        """Row count of ``table`` (0 when absent)."""
+        if not self.has(table):
+            return 0
+        return int(self.con.execute(f"SELECT count(*) FROM {quote(table)}").fetchone()[0])
+
+    def check(self, spec: SourceTable) -> Columns | None:
+        """The columns of ``spec`` in this file, warning about missing and unknown ones;
+        None when the table is absent or lacks a required column (then it is not read)."""
+        if not self.has(spec.name):
+            return None
+        present = self.columns(spec.name)
+        missing = [c for c in spec.required if c not in present]
+        if missing:
+            if self.rows(spec.name):
+                _warn(f"{self.display}: table {spec.name} lacks column(s) "
+                      f"{', '.join(missing)}; its rows are not read")
+            return None
+        for col in spec.expected:
+            if col not in present:
+                _warn(f"{self.display}: table {spec.name} has no column {col}; "
+                      "the values it gives are null")
+        known = {*spec.required, *spec.expected, *spec.known}
+        unknown = [c for c in present if c not in known]
+        if unknown:
+            _warn(f"{self.display}: table {spec.name} has unknown column(s) "
+                  f"{', '.join(unknown)}; kept as-is in args")
+        return Columns(spec, present, self)
+
+
+class Columns:
+    """SQL expressions over one checked table (alias ``a``)."""
+
+    def __init__(self, spec: SourceTable, present: dict[str, str], catalog: Catalog) -> None:
+        self.spec = spec
+        self.present = present
+        self.catalog = catalog
+
+    def has(self, col: str) -> bool:
+        """True when the file has the column."""
+        return col in self.present
+
+    def col(self, col: str) -> str:
+        """``a."col"``, or ``NULL`` when the file lacks it (already warned about)."""
+        return f"a.{quote(col)}" if col in self.present else "NULL"
+
+    def string(self, col: str) -> str:
+        """The StringIds text of id column ``col`` (NULL when absent)."""
+        if col not in self.present:
+            return "NULL"
+        return f"(SELECT value FROM StringIds WHERE id = a.{quote(col)})"
+
+    def _arg_value(self, col: str) -> str:
+        ref = f"a.{quote(col)}"
+        if col in self.spec.strings:
+            return f"coalesce({self.string(col)}, {ref})"
+        enum = self.spec.enums.get(col)
+        if enum and self.catalog.has(enum) and {"id", "label"} <= set(
+            self.catalog.columns(enum)
+        ):
+            return f"coalesce((SELECT label FROM {quote(enum)} WHERE id = {ref}), {ref})"
+        if col == "jsonText":
+            return f"CASE WHEN json_valid({ref}) THEN json({ref}) ELSE {ref} END"
+        if self.present[col] in ("INTEGER", "TEXT", "REAL"):
+            return ref
+        return f"CASE typeof({ref}) WHEN 'blob' THEN hex({ref}) ELSE {ref} END"
+
+    def args(self, extra: Iterable[tuple[str, str]] = ()) -> str:
+        """JSON object text of every column not mapped to a canonical column, plus
+        ``extra`` (key, SQL expression) pairs; null members are left out."""
+        pairs = [(c, self._arg_value(c)) for c in self.present if c not in self.spec.consumed]
+        pairs += list(extra)
+        if not pairs:
+            return "'{}'"
+        expr = "'{}'"
+        for i in range(0, len(pairs), _JSON_PAIRS_PER_CALL):
+            chunk = pairs[i:i + _JSON_PAIRS_PER_CALL]
+            body = ", ".join(f"{literal(k)}, {v}" for k, v in chunk)
+            expr = f"json_patch({expr}, json_object({body}))"
+        return expr
+
+
+def enum_labels(cat: Catalog, table: str,
+                defaults: dict[int, str]) -> dict[int, tuple[str, str]]:
+    """code -> (enum name, label) from an ENUM_* table, else ("", default label)."""
+    out = {code: ("", label) for code, label in defaults.items()}
+    if cat.has(table) and {"id", "name", "label"} <= set(cat.columns(table)):
+        for code, name, label in cat.con.execute(f"SELECT id, name, label FROM {table}"):
+            out[int(code)] = (str(name or ""), str(label or name or code))
+    return out
+
+
+def memcpy_short(code: int, enum_name: str) -> str:
+    """``HtoD``-style kind from the enum name (``CUDA_MEMCPY_KIND_HTOD``) or the code."""
+    token = (enum_name.rsplit("_", 1)[-1] if enum_name else "") or {
+        1: "HTOD", 2: "DTOH", 3: "HTOA", 4: "ATOH", 5: "ATOA", 6: "ATOD", 7: "DTOA",
+        8: "DTOD", 9: "HTOH", 10: "PTOP", 11: "HTOD", 12: "DTOH", 13: "DTOD",
+    }.get(code, "")
+    match = re.fullmatch(r"([A-Z])TO([A-Z])", token)
+    return f"{match.group(1)}to{match.group(2)}" if match else (token.title() or "Unknown")
+
+
+def nvtx_codes(cat: Catalog) -> dict[str, int]:
+    """NVTX eventType codes by name, from the file's ENUM_NSYS_EVENT_TYPE if present."""
+    codes = dict(NVTX_EVENT_TYPES)
+    table = "ENUM_NSYS_EVENT_TYPE"
+    if cat.has(table) and {"id", "name"} <= set(cat.columns(table)):
+        for code, name in cat.con.execute(f"SELECT id, name FROM {table}"):
+            if name in codes:
+                codes[str(name)] = int(code)
+    return codes
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, DataQualityWarning, stacklevel=4)
