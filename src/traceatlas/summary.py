@@ -52,7 +52,10 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "rows": rows,
         "tracks_by_kind": dict(sorted(zip(kinds["kind"], map(int, kinds["n"]), strict=True))),
         "clock_alignment": trace.manifest.get("clock_alignment"),
-        "clock": [_clock_row(int(r), c) for r, c in trace.manifest.get("clock", {}).items()],
+        "clock": sorted(
+            (_clock_row(int(r), c) for r, c in trace.manifest.get("clock", {}).items()),
+            key=lambda row: int(row["rank"]),
+        ),
     }
 
 

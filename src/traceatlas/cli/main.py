@@ -115,9 +115,24 @@ def info(
             *((f"{k} rows", f"{v:,}") for k, v in summary["rows"].items() if k != "intervals"),
             ("tracks by kind", ", ".join(f"{k} {v}" for k, v in summary["tracks_by_kind"].items())),
             ("clock alignment", str(summary["clock_alignment"])),
-            *((f"  rank {c['rank']}", _clock_text(c)) for c in summary["clock"]),
+            *_clock_lines(summary["clock"]),
         ],
     )
+
+
+def _clock_lines(clocks: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """One line per run of consecutive ranks with the same clock text."""
+    lines: list[tuple[list[int], str]] = []
+    for c in sorted(clocks, key=lambda c: int(c["rank"])):
+        text = _clock_text(c)
+        if lines and lines[-1][1] == text and lines[-1][0][-1] == c["rank"] - 1:
+            lines[-1][0].append(c["rank"])
+        else:
+            lines.append(([c["rank"]], text))
+    return [
+        (f"  rank {r[0]}" if len(r) == 1 else f"  ranks {r[0]}-{r[-1]}", text)
+        for r, text in lines
+    ]
 
 
 def _clock_text(clock: dict[str, Any]) -> str:
@@ -142,6 +157,10 @@ def sql(
     _check_format(fmt)
     frame = _open([path], engine).sql(query)
     output.print_frame(frame, fmt)
+
+
+# The export and filter commands live in their own module; importing it registers them.
+from traceatlas.cli import transform  # noqa: E402, F401
 
 
 def main() -> None:

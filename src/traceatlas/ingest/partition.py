@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 
 from traceatlas.io.reading import RankData
 from traceatlas.io.registry import detect
-from traceatlas.model.schema import TABLES, empty_table
 from traceatlas.io.sources import Source
+from traceatlas.model.schema import TABLES, empty_table
 from traceatlas.store.writer import write_part
 
 STAGING = "_staging"

@@ -36,6 +36,10 @@ KINETO_CATEGORIES: dict[str, str] = {
     "xpu_driver": "driver",
     "privateuse1_runtime": "runtime",
     "privateuse1_driver": "driver",
+    # canonical names map to themselves (Chrome JSON written by `traceatlas export`)
+    **{c: c for c in ("annotation", "gpu_annotation", "runtime", "driver", "comm_kernel",
+                      "memcpy", "memset", "sync", "mpi", "nvtx", "osrt", "openmp", "region",
+                      "state", "python", "other")},
 }
 """Kineto ``cat`` -> canonical category; anything else is ``other``."""
 

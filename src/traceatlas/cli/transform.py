@@ -1,0 +1,116 @@
+"""``traceatlas export`` and ``traceatlas filter``: stores into other formats / smaller stores.
+
+Registered on the ``app`` of ``traceatlas.cli.main`` when that module is imported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from traceatlas.cli import output
+from traceatlas.cli.main import EngineOpt, _guard, _open, app
+from traceatlas.errors import InputError
+from traceatlas.export.registry import EXPORTERS, get_exporter
+from traceatlas.model.schema import CATEGORIES
+from traceatlas.model.trace import Trace
+from traceatlas.ops.filter_store import filter_store
+from traceatlas.ops.select import (
+    DURATION_HELP,
+    Selection,
+    check_regex,
+    parse_categories,
+    parse_duration,
+    parse_ranks,
+    parse_window,
+    trace_start_ns,
+)
+
+PathsArg = Annotated[list[Path], typer.Argument(help="A store, or trace files / directories.")]
+
+
+@app.command()
+@_guard
+def export(
+    path: PathsArg,
+    to: Annotated[str, typer.Option("--to", help=" | ".join(EXPORTERS))],
+    out: Annotated[Path, typer.Option("--out", "-o", help="File to write (a directory with "
+                                      "--split-ranks).")],
+    split_ranks: Annotated[bool, typer.Option(
+        "--split-ranks", help="chrome: one rank-<r>.json.gz per rank in the directory OUT "
+        "(also when OUT is an existing directory)")] = False,
+    engine: EngineOpt = "local",
+) -> None:
+    """Write a trace in another tool's format: chrome (Perfetto JSON; gzip if OUT ends .gz), paraver."""  # noqa: E501
+    exporter = get_exporter(to)
+    trace = _open(path, engine)
+    if split_ranks:
+        from traceatlas.export.chrome import ChromeExporter
+
+        if not isinstance(exporter, ChromeExporter):
+            raise InputError("--split-ranks", f"only for --to chrome, not {to}")
+        files = exporter.write(trace, out, split_ranks=True)
+    else:
+        files = exporter.write(trace, out)
+    output.stderr.print(f"wrote {len(files)} file(s): {', '.join(map(str, files))}",
+                        highlight=False)
+
+
+FILTER_HELP = (
+    "Write a smaller store with the rows that match every condition given.\n\n"
+    "Intervals: rank, category, name, min duration, and overlap with the window or step "
+    "span (whole intervals are kept, never clipped). Instants and counters: rank and "
+    "window / step span. Flows: rank and window / step span of their two ends. Messages: "
+    "either side in the ranks, and overlap with the window. Tracks and metadata: every "
+    "row of the kept ranks. The new manifest records filtered_from and filter."
+)
+
+
+@app.command("filter", help=FILTER_HELP)
+@_guard
+def filter_command(
+    path: PathsArg,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Store directory to write.")],
+    category: Annotated[list[str] | None, typer.Option(
+        "--category", "-c", help="Canonical categories, repeatable or comma-separated: "
+        + ", ".join(CATEGORIES))] = None,
+    name: Annotated[str | None, typer.Option(
+        "--name", help="Regex searched in interval names (Rust regex syntax; (?i) for "
+        "case-insensitive).")] = None,
+    min_dur: Annotated[str | None, typer.Option(
+        "--min-dur", help=f"Keep intervals at least this long ({DURATION_HELP}).")] = None,
+    ranks: Annotated[str | None, typer.Option("--ranks", help="Ranks, e.g. 0,3-5.")] = None,
+    window: Annotated[str | None, typer.Option(
+        "--window", help="START:END, inclusive, either side may be empty. Durations "
+        "relative to the trace start (earliest event of all ranks), e.g. 1.5s:2s or :500ms; "
+        "'@' + integer epoch ns for absolute times, e.g. "
+        "@1700000000000000000:@1700000000500000000.")] = None,
+    step: Annotated[int | None, typer.Option(
+        "--step", help="One iteration: per rank, the span of its ProfilerStep (step) "
+        "intervals numbered N; intervals overlapping it or whose step is N.")] = None,
+    engine: EngineOpt = "local",
+) -> None:
+    """Write a smaller store (see FILTER_HELP)."""
+    selection = Selection(
+        ranks=parse_ranks(ranks) if ranks is not None else None,
+        categories=parse_categories(category) if category else None,
+        name_regex=check_regex(name) if name is not None else None,
+        min_dur_ns=parse_duration(min_dur, "--min-dur") if min_dur is not None else None,
+        step=step,
+    )
+    spec: dict[str, Any] = {k: v for k, v in (
+        ("category", category), ("name", name), ("min_dur", min_dur), ("ranks", ranks),
+        ("window", window), ("step", step)) if v is not None}
+    parsed_window = parse_window(window) if window is not None else None
+    trace = _open(path, engine)
+    if parsed_window is not None:
+        start = trace_start_ns(trace) if parsed_window.needs_trace_start else 0
+        selection = dataclasses.replace(selection, window=parsed_window.resolve(start))
+    store = filter_store(trace, selection, out, spec=spec)
+    kept = Trace(store)
+    intervals = kept.intervals.select("rank").collect().height
+    output.stderr.print(f"wrote {store}: {len(kept.ranks)} rank(s), {intervals:,} intervals",
+                        highlight=False)

@@ -1,0 +1,338 @@
+"""Selections of trace data: the text parsers behind ``traceatlas filter`` and ``Selection``.
+
+Text syntax (all times are integer ns once parsed):
+
+- durations: ``5ms``, ``250us``, ``1.5s``, ``100ns``; units ns, us, ms, s; a bare
+  number is ns (``--min-dur``).
+- ranks: ``0,3-5`` -> (0, 3, 4, 5) (``--ranks``).
+- windows: ``START:END``, either side may be empty (open). A side is a duration
+  relative to the trace start (the earliest interval start, instant or counter sample of
+  the store, over all ranks), or absolute epoch ns when prefixed with ``@``
+  (``@1700000000000000000:@1700000000500000000``). Both ends are inclusive.
+
+Semantics of ``Selection.apply`` (a row is kept when it matches every condition given):
+
+- intervals: rank in ``ranks``; canonical category in ``categories``; ``name_regex``
+  found in the name (search, Rust regex syntax, case-sensitive unless ``(?i)``);
+  ``dur_ns >= min_dur_ns``; the interval OVERLAPS the window (``start_ns <= end`` and
+  ``end_ns >= start``; times are never clipped); for ``step`` N: the interval overlaps
+  its rank's step-N span, taken half-open ``[first start, last end)`` of that rank's
+  ``step`` intervals with ``step == N`` (it starts inside, or starts before and ends
+  after the span start), or its ``step`` column is N (device work launched in the step).
+- instants and counters: rank, window and step span (``span start <= ts < span end``);
+  category, name and duration do not apply.
+- messages: either side (``src_rank`` or ``dst_rank``) in ``ranks``, and the message's
+  span (earliest to latest of its send/recv times) overlaps the window.
+- flows: by rank, window and step span only: a flow is kept when its rank is kept and
+  the span of its two ends overlaps the window (its ends may point at intervals another
+  condition removed).
+- tracks and metadata: every row of the kept ranks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING, Any
+
+from traceatlas.errors import InputError
+from traceatlas.model.schema import CATEGORIES
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from traceatlas.model.trace import Trace
+
+UNITS_NS: Mapping[str, int] = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+"""Duration unit -> ns."""
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|ms|s)?\s*$")
+_RANK_ITEM = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+_ABSOLUTE = re.compile(r"^\s*@\s*(-?\d+)\s*$")
+DURATION_HELP = "units ns, us, ms, s; a bare number is ns (e.g. 5ms, 250us, 1.5s)"
+
+
+def parse_duration(text: str, what: str = "duration") -> int:
+    """``"5ms"`` -> 5_000_000 ns. Exact decimal arithmetic; the result is rounded to 1 ns."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise InputError(what, f"bad duration {text!r} ({DURATION_HELP})")
+    try:
+        value = Decimal(match.group(1)) * UNITS_NS[match.group(2) or "ns"]
+    except InvalidOperation as exc:  # pragma: no cover - the regex admits valid numbers only
+        raise InputError(what, f"bad duration {text!r} ({DURATION_HELP})") from exc
+    return int(value.to_integral_value())
+
+
+def parse_ranks(text: str, what: str = "--ranks") -> tuple[int, ...]:
+    """``"0,3-5"`` -> (0, 3, 4, 5): comma-separated ranks and inclusive ranges, sorted."""
+    ranks: set[int] = set()
+    for item in text.split(","):
+        match = _RANK_ITEM.match(item)
+        if match is None:
+            raise InputError(what, f"bad rank list {text!r} (use e.g. 0,3-5)")
+        lo = int(match.group(1))
+        hi = int(match.group(2)) if match.group(2) is not None else lo
+        if hi < lo:
+            raise InputError(what, f"bad rank range {item.strip()!r} in {text!r} (end < start)")
+        ranks.update(range(lo, hi + 1))
+    return tuple(sorted(ranks))
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """A parsed ``START:END``: each side ns (relative or absolute) or None when open."""
+
+    start: int | None
+    end: int | None
+    start_absolute: bool = False
+    end_absolute: bool = False
+
+    def resolve(self, trace_start_ns: int) -> tuple[int | None, int | None]:
+        """Absolute (start_ns, end_ns); relative sides are added to ``trace_start_ns``."""
+        start = self.start if self.start is None or self.start_absolute else (
+            trace_start_ns + self.start)
+        end = self.end if self.end is None or self.end_absolute else trace_start_ns + self.end
+        return start, end
+
+    @property
+    def needs_trace_start(self) -> bool:
+        """True when a side is relative to the trace start."""
+        return (self.start is not None and not self.start_absolute) or (
+            self.end is not None and not self.end_absolute)
+
+
+def parse_window(text: str, what: str = "--window") -> WindowSpec:
+    """``"1.5s:2s"``, ``":2s"``, ``"@1700000000000000000:@1700000000500000000"``."""
+    if text.count(":") != 1:
+        raise InputError(what, f"bad window {text!r} (use START:END, e.g. 1.5s:2s, :2s, "
+                         "@<epoch ns>:@<epoch ns>)")
+    left, right = text.split(":")
+    start, start_abs = _window_side(left, text, what)
+    end, end_abs = _window_side(right, text, what)
+    if start is None and end is None:
+        raise InputError(what, f"bad window {text!r}: both sides are empty")
+    if start is not None and end is not None and start_abs == end_abs and end < start:
+        raise InputError(what, f"bad window {text!r}: end is before start")
+    return WindowSpec(start, end, start_abs, end_abs)
+
+
+def _window_side(side: str, text: str, what: str) -> tuple[int | None, bool]:
+    if not side.strip():
+        return None, False
+    match = _ABSOLUTE.match(side)
+    if match is not None:
+        return int(match.group(1)), True
+    if side.strip().startswith("@"):
+        raise InputError(what, f"bad window {text!r}: after '@' give integer epoch ns")
+    return parse_duration(side, what), False
+
+
+def parse_categories(values: Iterable[str], what: str = "--category") -> tuple[str, ...]:
+    """Canonical category names from repeated and/or comma-separated values."""
+    names = [v.strip() for value in values for v in value.split(",") if v.strip()]
+    unknown = [n for n in names if n not in CATEGORIES]
+    if unknown:
+        raise InputError(what, f"unknown categor{'y' if len(unknown) == 1 else 'ies'} "
+                         f"{', '.join(map(repr, unknown))} (valid: {', '.join(CATEGORIES)})")
+    return tuple(dict.fromkeys(names))
+
+
+def check_regex(pattern: str, what: str = "--name") -> str:
+    """``pattern`` if Polars (Rust regex) compiles it; a clear InputError otherwise."""
+    import polars as pl
+
+    try:
+        pl.select(pl.lit("").str.contains(pattern))
+    except pl.exceptions.PolarsError as exc:
+        first = " ".join(str(exc).split())[:200]
+        raise InputError(what, f"bad regular expression {pattern!r} ({first})") from None
+    return pattern
+
+
+StepSpans = tuple[tuple[int, int, int], ...]
+"""(rank, start_ns, end_ns) per rank holding the selected step."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which rows of a trace to keep (see the module docstring for the exact rules).
+
+    ``window`` is absolute ns ``(start_ns, end_ns)``, inclusive, a None side open.
+    ``step`` needs ``step_spans``: call ``resolve(trace)`` before ``apply``.
+    """
+
+    ranks: tuple[int, ...] | None = None
+    categories: tuple[str, ...] | None = None
+    name_regex: str | None = None
+    min_dur_ns: int | None = None
+    window: tuple[int | None, int | None] | None = None
+    step: int | None = None
+    step_spans: StepSpans | None = None
+
+    def resolve(self, trace: Trace) -> Selection:
+        """This selection with the per-rank spans of ``step`` looked up in ``trace``."""
+        if self.step is None or self.step_spans is not None:
+            return self
+        return dataclasses.replace(self, step_spans=step_spans(trace, self.step))
+
+    def apply(self, frame: pl.LazyFrame, table: str) -> pl.LazyFrame:
+        """``frame`` (rows of canonical ``table``) filtered by this selection."""
+        if self.step is not None and self.step_spans is None:
+            raise ValueError("Selection.step needs step_spans: call resolve(trace) first")
+        condition = _CONDITIONS[table](self)
+        return frame if condition is None else frame.filter(condition)
+
+    def describe(self) -> dict[str, Any]:
+        """The selection as JSON-ready values (recorded in a filtered store's manifest)."""
+        out = dataclasses.asdict(self)
+        out["step_spans"] = [list(s) for s in self.step_spans] if self.step_spans else None
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
+
+
+def step_spans(trace: Trace, step: int) -> StepSpans:
+    """Per rank, first start to last end of the ``step`` intervals whose step is ``step``."""
+    import polars as pl
+
+    spans = (
+        trace.intervals.filter((pl.col("category").cast(pl.String) == "step")
+                               & (pl.col("step") == step))
+        .group_by("rank").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+        .sort("rank").collect()
+    )
+    if spans.height == 0:
+        known = (trace.intervals.filter(pl.col("category").cast(pl.String) == "step")
+                 .select(pl.col("step").unique().sort()).collect()["step"].to_list())
+        listed = ", ".join(map(str, known[:20])) or "none"
+        raise InputError("--step", f"no step {step} in the trace (steps: {listed})")
+    return tuple((int(r), int(s), int(e)) for r, s, e in spans.iter_rows())
+
+
+def trace_start_ns(trace: Trace) -> int:
+    """Earliest interval start, instant or counter sample over all ranks (ns); 0 if none."""
+    import polars as pl
+
+    lows = [
+        trace.intervals.select(pl.col("start_ns").min()).collect().item(),
+        trace.instants.select(pl.col("ts_ns").min()).collect().item(),
+        trace.counters.select(pl.col("ts_ns").min()).collect().item(),
+    ]
+    found = [int(v) for v in lows if v is not None]
+    return min(found) if found else 0
+
+
+# -- conditions per table ----------------------------------------------------------------
+
+Expr = Any  # a polars expression (polars is imported lazily)
+
+
+def _all(parts: list[Expr]) -> Expr | None:
+    if not parts:
+        return None
+    out = parts[0]
+    for part in parts[1:]:
+        out = out & part
+    return out
+
+
+def _rank(sel: Selection, column: str = "rank") -> list[Expr]:
+    import polars as pl
+
+    return [] if sel.ranks is None else [pl.col(column).is_in(list(sel.ranks))]
+
+
+def _overlap(lo: Expr, hi: Expr, start: int | None, end: int | None) -> list[Expr]:
+    """[lo, hi] overlaps [start, end] (both inclusive; None = open side)."""
+    out = []
+    if end is not None:
+        out.append(lo <= end)
+    if start is not None:
+        out.append(hi >= start)
+    return out
+
+
+def _window(sel: Selection, lo: Expr, hi: Expr) -> list[Expr]:
+    return [] if sel.window is None else _overlap(lo, hi, *sel.window)
+
+
+def _step_span(sel: Selection, lo: Expr, hi: Expr) -> Expr | None:
+    """[lo, hi] overlaps the row's rank's step span (False for ranks without the step)."""
+    import polars as pl
+
+    if sel.step is None or sel.step_spans is None:
+        return None
+    starts = {r: s for r, s, _ in sel.step_spans}
+    ends = {r: e for r, _, e in sel.step_spans}
+    span_lo = pl.col("rank").replace_strict(starts, default=None, return_dtype=pl.Int64)
+    span_hi = pl.col("rank").replace_strict(ends, default=None, return_dtype=pl.Int64)
+    return ((lo < span_hi) & ((hi > span_lo) | (lo >= span_lo))).fill_null(False)
+
+
+def _intervals(sel: Selection) -> Expr | None:
+    import polars as pl
+
+    parts = _rank(sel)
+    if sel.categories is not None:
+        parts.append(pl.col("category").cast(pl.String).is_in(list(sel.categories)))
+    if sel.name_regex is not None:
+        parts.append(pl.col("name").cast(pl.String).str.contains(sel.name_regex))
+    if sel.min_dur_ns is not None:
+        parts.append(pl.col("dur_ns") >= sel.min_dur_ns)
+    lo, hi = pl.col("start_ns"), pl.col("end_ns")
+    parts += _window(sel, lo, hi)
+    span = _step_span(sel, lo, hi)
+    if span is not None:
+        parts.append(span | (pl.col("step") == sel.step))
+    return _all(parts)
+
+
+def _timed(column: str) -> Callable[[Selection], Expr | None]:
+    def condition(sel: Selection) -> Expr | None:
+        import polars as pl
+
+        ts = pl.col(column)
+        parts = _rank(sel) + _window(sel, ts, ts)
+        span = _step_span(sel, ts, ts)
+        return _all([*parts, span] if span is not None else parts)
+
+    return condition
+
+
+def _flows(sel: Selection) -> Expr | None:
+    import polars as pl
+
+    lo = pl.min_horizontal("src_ts_ns", "dst_ts_ns")
+    hi = pl.max_horizontal("src_ts_ns", "dst_ts_ns")
+    parts = _rank(sel) + _window(sel, lo, hi)
+    span = _step_span(sel, lo, hi)
+    return _all([*parts, span] if span is not None else parts)
+
+
+def _messages(sel: Selection) -> Expr | None:
+    import polars as pl
+
+    times = ("send_start_ns", "send_end_ns", "recv_start_ns", "recv_end_ns")
+    parts = []
+    if sel.ranks is not None:
+        parts.append(_rank(sel, "src_rank")[0] | _rank(sel, "dst_rank")[0])
+    parts += _window(sel, pl.min_horizontal(*times), pl.max_horizontal(*times))
+    return _all(parts)
+
+
+def _by_rank(sel: Selection) -> Expr | None:
+    return _all(_rank(sel))
+
+
+_CONDITIONS: Mapping[str, Callable[[Selection], Expr | None]] = {
+    "intervals": _intervals,
+    "instants": _timed("ts_ns"),
+    "counters": _timed("ts_ns"),
+    "flows": _flows,
+    "messages": _messages,
+    "tracks": _by_rank,
+    "metadata": _by_rank,
+}
+"""Canonical table -> the condition a Selection puts on its rows."""
