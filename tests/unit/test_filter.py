@@ -307,3 +307,39 @@ def test_cli_filter_then_export(trace: traceatlas.Trace, tmp_path: Path) -> None
     result = runner.invoke(app, ["export", str(small), "--to", "paraver", "-o", str(prv)])
     assert result.exit_code == 0, result.output
     assert prv.is_file()
+
+
+def test_selection_category_name_and_duration_on_instants_counters_messages(
+    trace: traceatlas.Trace,
+) -> None:
+    """Instants have their own category (Kineto's cpu_instant_event is not in
+    KINETO_CATEGORIES, so it is ``other``); counters are ``counter`` and messages
+    ``message``; neither has a duration, so --min-dur drops instants and counters."""
+
+    def rows(sel: Selection, frame: pl.LazyFrame, table: str) -> int:
+        return int(sel.apply(frame, table).select(pl.len()).collect().item())
+
+    inst = trace.scan("instants")
+    assert rows(Selection(categories=("kernel",)), inst, "instants") == 0
+    assert rows(Selection(categories=("other", "kernel")), inst, "instants") == 2
+    assert rows(Selection(name_regex="^mark$"), inst, "instants") == 2
+    assert rows(Selection(name_regex="nomatch"), inst, "instants") == 0
+    assert rows(Selection(min_dur_ns=1), inst, "instants") == 0
+    assert rows(Selection(min_dur_ns=0), inst, "instants") == 2
+
+    counters = pl.LazyFrame({"rank": [0, 0, 1], "track_id": [1, 1, 1],
+                             "ts_ns": [BASE, BASE + MS, BASE], "name": ["sm", "dram", "sm"],
+                             "value": [1.0, 2.0, 3.0]})
+    assert rows(Selection(categories=("counter",)), counters, "counters") == 3
+    assert rows(Selection(categories=("kernel",)), counters, "counters") == 0
+    assert rows(Selection(name_regex="^sm$"), counters, "counters") == 2
+    assert rows(Selection(min_dur_ns=5), counters, "counters") == 0
+    assert rows(Selection(ranks=(1,), categories=("counter",)), counters, "counters") == 1
+
+    messages = pl.LazyFrame({"rank": [0], "src_rank": [0], "dst_rank": [1],
+                             "send_start_ns": [BASE], "send_end_ns": [BASE + 1],
+                             "recv_start_ns": [BASE], "recv_end_ns": [BASE + 2]})
+    assert rows(Selection(categories=("message",)), messages, "messages") == 1
+    assert rows(Selection(categories=("mpi",)), messages, "messages") == 0
+    assert rows(Selection(name_regex="x", min_dur_ns=5), messages, "messages") == 1
+    assert parse_categories(["counter,message"]) == ("counter", "message")

@@ -20,6 +20,7 @@ from traceatlas.model.trace import Trace
 from traceatlas.ops.filter_store import filter_store
 from traceatlas.ops.select import (
     DURATION_HELP,
+    PSEUDO_CATEGORIES,
     Selection,
     check_regex,
     parse_categories,
@@ -76,12 +77,15 @@ def filter_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="Store directory to write.")],
     category: Annotated[list[str] | None, typer.Option(
         "--category", "-c", help="Canonical categories, repeatable or comma-separated: "
-        + ", ".join(CATEGORIES))] = None,
+        + ", ".join((*CATEGORIES, *PSEUDO_CATEGORIES)) + " (counter and message select "
+        "those tables' rows; without them a category list drops counters and messages).")
+    ] = None,
     name: Annotated[str | None, typer.Option(
-        "--name", help="Regex searched in interval names (Rust regex syntax; (?i) for "
-        "case-insensitive).")] = None,
+        "--name", help="Regex searched in interval, instant and counter names (Rust regex "
+        "syntax; (?i) for case-insensitive).")] = None,
     min_dur: Annotated[str | None, typer.Option(
-        "--min-dur", help=f"Keep intervals at least this long ({DURATION_HELP}).")] = None,
+        "--min-dur", help=f"Keep intervals at least this long ({DURATION_HELP}); drops "
+        "instants and counters (no duration).")] = None,
     ranks: Annotated[str | None, typer.Option("--ranks", help="Ranks, e.g. 0,3-5.")] = None,
     window: Annotated[str | None, typer.Option(
         "--window", help="START:END, inclusive, either side may be empty. Durations "

@@ -19,10 +19,14 @@ Semantics of ``Selection.apply`` (a row is kept when it matches every condition 
   its rank's step-N span, taken half-open ``[first start, last end)`` of that rank's
   ``step`` intervals with ``step == N`` (it starts inside, or starts before and ends
   after the span start), or its ``step`` column is N (device work launched in the step).
-- instants and counters: rank, window and step span (``span start <= ts < span end``);
-  category, name and duration do not apply.
+- instants: rank, window and step span (``span start <= ts < span end``), category and
+  name as for intervals; with ``min_dur_ns`` > 0 they are dropped (zero duration).
+- counters: rank, window and step span; ``name_regex`` on the series name; their category
+  is ``counter`` (pseudo-category: ``--category counter`` keeps them, any other category
+  list drops them); dropped with ``min_dur_ns`` > 0.
 - messages: either side (``src_rank`` or ``dst_rank``) in ``ranks``, and the message's
-  span (earliest to latest of its send/recv times) overlaps the window.
+  span (earliest to latest of its send/recv times) overlaps the window; their category is
+  ``message`` (pseudo-category, as for counters); name and duration do not apply.
 - flows: by rank, window and step span only: a flow is kept when its rank is kept and
   the span of its two ends overlaps the window (its ends may point at intervals another
   condition removed).
@@ -131,13 +135,18 @@ def _window_side(side: str, text: str, what: str) -> tuple[int | None, bool]:
     return parse_duration(side, what), False
 
 
+PSEUDO_CATEGORIES: tuple[str, ...] = ("counter", "message")
+"""Categories a selection gives the rows of ``counters`` and ``messages``."""
+
+
 def parse_categories(values: Iterable[str], what: str = "--category") -> tuple[str, ...]:
-    """Canonical category names from repeated and/or comma-separated values."""
+    """Canonical (or pseudo-) category names from repeated and/or comma-separated values."""
     names = [v.strip() for value in values for v in value.split(",") if v.strip()]
-    unknown = [n for n in names if n not in CATEGORIES]
+    valid = (*CATEGORIES, *PSEUDO_CATEGORIES)
+    unknown = [n for n in names if n not in valid]
     if unknown:
         raise InputError(what, f"unknown categor{'y' if len(unknown) == 1 else 'ies'} "
-                         f"{', '.join(map(repr, unknown))} (valid: {', '.join(CATEGORIES)})")
+                         f"{', '.join(map(repr, unknown))} (valid: {', '.join(valid)})")
     return tuple(dict.fromkeys(names))
 
 
@@ -289,14 +298,26 @@ def _intervals(sel: Selection) -> Expr | None:
     return _all(parts)
 
 
-def _timed(column: str) -> Callable[[Selection], Expr | None]:
+def _timed(pseudo: str | None) -> Callable[[Selection], Expr | None]:
+    """Instants (``pseudo`` None: their own category column) or counters (``counter``)."""
+
     def condition(sel: Selection) -> Expr | None:
         import polars as pl
 
-        ts = pl.col(column)
+        ts = pl.col("ts_ns")
         parts = _rank(sel) + _window(sel, ts, ts)
         span = _step_span(sel, ts, ts)
-        return _all([*parts, span] if span is not None else parts)
+        if span is not None:
+            parts.append(span)
+        if sel.categories is not None:
+            parts.append(pl.lit(pseudo in sel.categories) if pseudo is not None else
+                         pl.col("category").cast(pl.String).is_in(list(sel.categories)))
+        if sel.name_regex is not None:
+            parts.append(pl.col("name").cast(pl.String).str.contains(sel.name_regex)
+                         .fill_null(False))
+        if sel.min_dur_ns is not None and sel.min_dur_ns > 0:
+            parts.append(pl.lit(False))
+        return _all(parts)
 
     return condition
 
@@ -319,6 +340,8 @@ def _messages(sel: Selection) -> Expr | None:
     if sel.ranks is not None:
         parts.append(_rank(sel, "src_rank")[0] | _rank(sel, "dst_rank")[0])
     parts += _window(sel, pl.min_horizontal(*times), pl.max_horizontal(*times))
+    if sel.categories is not None:
+        parts.append(pl.lit("message" in sel.categories))
     return _all(parts)
 
 
@@ -328,8 +351,8 @@ def _by_rank(sel: Selection) -> Expr | None:
 
 _CONDITIONS: Mapping[str, Callable[[Selection], Expr | None]] = {
     "intervals": _intervals,
-    "instants": _timed("ts_ns"),
-    "counters": _timed("ts_ns"),
+    "instants": _timed(None),
+    "counters": _timed("counter"),
     "flows": _flows,
     "messages": _messages,
     "tracks": _by_rank,
