@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections import Counter, defaultdict
+from collections import Counter
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from traceatlas.export.registry import get_exporter
 from traceatlas.model.categories import KINETO_CATEGORIES
 from traceatlas.model.schema import CATEGORIES
 from traceatlas.testing import TraceBuilder, write_multi_rank
+from traceatlas.testing.compare import crossing_slices, interval_multisets
 
 BASE = 1_700_000_000_000_000_000
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
@@ -144,50 +145,23 @@ def test_overlapping_device_events_get_their_own_rows(exported: dict[str, Any]) 
         x["kernC"]["tid"]
 
 
-def _properly_nested_per_tid(events: list[dict[str, Any]]) -> None:
-    """For every (pid, tid): intervals sorted by start are disjoint or nested."""
-    by_tid: dict[tuple[int, int], list[tuple[Decimal, Decimal]]] = defaultdict(list)
-    for e in events:
-        if e["ph"] == "X":
-            ts, dur = Decimal(str(e["ts"])), Decimal(str(e["dur"]))
-            by_tid[(e["pid"], e["tid"])].append((ts, ts + dur))
-    for key, spans in by_tid.items():
-        stack: list[Decimal] = []
-        for start, end in sorted(spans, key=lambda s: (s[0], -s[1])):
-            while stack and stack[-1] <= start:
-                stack.pop()
-            assert not stack or end <= stack[-1], f"{key}: [{start}, {end}] crosses"
-            stack.append(end)
-
-
-def test_properly_nested_per_tid(exported: dict[str, Any]) -> None:
-    _properly_nested_per_tid(exported["traceEvents"])
+def test_exported_slices_are_properly_nested_per_tid(exported: dict[str, Any]) -> None:
+    assert crossing_slices(exported["traceEvents"]) == []
 
 
 def test_properly_nested_check_detects_crossing() -> None:
     crossing = [{"ph": "X", "pid": 0, "tid": 1, "ts": 0, "dur": 10},
                 {"ph": "X", "pid": 0, "tid": 1, "ts": 5, "dur": 10}]
-    with pytest.raises(AssertionError, match="crosses"):
-        _properly_nested_per_tid(crossing)
-
-
-def _multisets(trace: traceatlas.Trace) -> dict[tuple[int, str], list[tuple[int, int]]]:
-    frame = trace.intervals.select(
-        "rank", pl.col("category").cast(pl.String), "start_ns", "end_ns"
-    ).sort(pl.all()).collect()
-    out: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
-    for rank, category, start, end in frame.iter_rows():
-        out[(rank, category)].append((start, end))
-    return dict(out)
+    assert crossing_slices(crossing) == ["(0, 1): [5, 15] crosses"]
 
 
 def test_round_trip_single_file(store: Path, tmp_path: Path) -> None:
     out = ChromeExporter().write(traceatlas.open(store), tmp_path / "t.json")[0]
     again = traceatlas.open(traceatlas.ingest(out, tmp_path / "again"))
-    assert _multisets(again) == _multisets(traceatlas.open(store))
+    assert interval_multisets(again) == interval_multisets(traceatlas.open(store))
     expected_counts = {"step": 1, "cpu_op": 1, "runtime": 5, "kernel": 3, "memcpy": 1,
                        "comm_kernel": 1}
-    assert {c: len(v) for (_, c), v in _multisets(again).items()} == expected_counts
+    assert {c: len(v) for (_, c), v in interval_multisets(again).items()} == expected_counts
     cols = ["correlation", "external_id", "device", "stream", "bytes"]
     def by_name(t: traceatlas.Trace) -> list[tuple[Any, ...]]:
         return t.intervals.select(pl.col("name").cast(pl.String), *cols).sort(
@@ -204,7 +178,7 @@ def test_round_trip_split_ranks(tmp_path: Path) -> None:
         assert json.load(fh)["distributedInfo"]["rank"] == 1
     again = traceatlas.open(traceatlas.ingest(tmp_path / "split", tmp_path / "b"))
     assert again.ranks == [0, 1]
-    assert _multisets(again) == _multisets(first)
+    assert interval_multisets(again) == interval_multisets(first)
 
 
 def test_existing_directory_means_split(store: Path, tmp_path: Path) -> None:
@@ -296,4 +270,4 @@ def test_counters_and_instants_round_trip(tmp_path: Path) -> None:
     assert again.counters.select("ts_ns", pl.col("name").cast(pl.String), "value").sort(
         "ts_ns").collect().rows() == [(2_250, "mem", 7.5), (3_001, "mem", 8.0)]
     assert again.instants.select("ts_ns", "scope").collect().rows() == [(1_002, "g")]
-    assert _multisets(again) == {(0, "cpu_op"): [(1_500, 3_500)]}
+    assert interval_multisets(again) == {(0, "cpu_op"): [(1_500, 3_500)]}
