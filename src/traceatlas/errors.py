@@ -74,3 +74,7 @@ class DataQualityWarning(UserWarning):
 
 class RankInferredWarning(DataQualityWarning):
     """A file had no ``distributedInfo.rank``; its rank was inferred."""
+
+
+class MissingDataError(InputError):
+    """The trace lacks what an analysis needs (no device events, no correlation, ...)."""

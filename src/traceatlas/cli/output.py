@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -75,4 +75,35 @@ def print_kv(title: str, rows: list[tuple[str, Any]]) -> None:
     table.add_column("value", overflow="fold")
     for key, value in rows:
         table.add_row(key, str(value))
+    stdout.print(table)
+
+
+def humanize_ns(value: int | None) -> str:
+    """``1234567`` -> ``1.235 ms`` (ns, us, ms or s, 3 decimals above ns)."""
+    if value is None:
+        return ""
+    size = abs(value)
+    for unit, scale in (("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000)):
+        if size >= scale:
+            return f"{value / scale:,.3f} {unit}"
+    return f"{value} ns"
+
+
+def humanize(frame: pl.DataFrame) -> pl.DataFrame:
+    """Integer ``*_ns`` columns as human durations (for terminal tables only)."""
+    import polars as pl
+
+    cols = [c for c, t in frame.schema.items() if c.endswith("_ns") and t.is_integer()]
+    return frame.with_columns(
+        pl.col(c).map_elements(humanize_ns, return_dtype=pl.String) for c in cols
+    )
+
+
+def print_rows(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """A plain table of strings."""
+    table = Table()
+    for name in header:
+        table.add_column(name, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
     stdout.print(table)

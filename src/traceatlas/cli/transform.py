@@ -5,7 +5,6 @@ Registered on the ``app`` of ``traceatlas.cli.main`` when that module is importe
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,13 +20,9 @@ from traceatlas.ops.filter_store import filter_store
 from traceatlas.ops.select import (
     DURATION_HELP,
     PSEUDO_CATEGORIES,
-    Selection,
-    check_regex,
-    parse_categories,
     parse_duration,
-    parse_ranks,
     parse_window,
-    trace_start_ns,
+    selection_from,
 )
 
 PathsArg = Annotated[list[Path], typer.Argument(help="A store, or trace files / directories.")]
@@ -98,21 +93,16 @@ def filter_command(
     engine: EngineOpt = "local",
 ) -> None:
     """Write a smaller store (see FILTER_HELP)."""
-    selection = Selection(
-        ranks=parse_ranks(ranks) if ranks is not None else None,
-        categories=parse_categories(category) if category else None,
-        name_regex=check_regex(name) if name is not None else None,
-        min_dur_ns=parse_duration(min_dur, "--min-dur") if min_dur is not None else None,
-        step=step,
-    )
     spec: dict[str, Any] = {k: v for k, v in (
         ("category", category), ("name", name), ("min_dur", min_dur), ("ranks", ranks),
         ("window", window), ("step", step)) if v is not None}
-    parsed_window = parse_window(window) if window is not None else None
+    min_dur_ns = parse_duration(min_dur, "--min-dur") if min_dur is not None else None
+    if window is not None:
+        parse_window(window)  # a bad window fails before any ingest
     trace = _open(path, engine)
-    if parsed_window is not None:
-        start = trace_start_ns(trace) if parsed_window.needs_trace_start else 0
-        selection = dataclasses.replace(selection, window=parsed_window.resolve(start))
+    selection = selection_from(trace, ranks=ranks, step=step, window=window,
+                               categories=category or None, name=name,
+                               min_dur_ns=min_dur_ns)
     store = filter_store(trace, selection, out, spec=spec)
     kept = Trace(store)
     intervals = kept.intervals.select("rank").collect().height

@@ -202,6 +202,35 @@ class Selection:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
 
 
+def selection_from(
+    trace: Trace,
+    *,
+    ranks: Iterable[int] | str | None = None,
+    step: int | None = None,
+    window: tuple[int | None, int | None] | str | None = None,
+    categories: Iterable[str] | str | None = None,
+    name: str | None = None,
+    min_dur_ns: int | None = None,
+) -> Selection:
+    """A resolved Selection from Python values or the CLI's text forms."""
+    rank_tuple = parse_ranks(ranks) if isinstance(ranks, str) else (
+        None if ranks is None else tuple(sorted({int(r) for r in ranks})))
+    cats = None if categories is None else parse_categories(
+        [categories] if isinstance(categories, str) else list(categories))
+    win: tuple[int | None, int | None] | None
+    if isinstance(window, str):
+        spec = parse_window(window)
+        win = spec.resolve(trace_start_ns(trace) if spec.needs_trace_start else 0)
+    else:
+        win = window
+    selection = Selection(
+        ranks=rank_tuple, categories=cats,
+        name_regex=None if name is None else check_regex(name), min_dur_ns=min_dur_ns,
+        window=win, step=step,
+    )
+    return selection.resolve(trace)
+
+
 def step_spans(trace: Trace, step: int) -> StepSpans:
     """Per rank, first start to last end of the ``step`` intervals whose step is ``step``."""
     import polars as pl

@@ -1,0 +1,83 @@
+"""Analysis registry: name -> ``module:Class``; parameter parsing; requirement checks."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from traceatlas.analysis.base import Analysis, Param, Result
+from traceatlas.analysis.requirements import REQUIREMENTS
+from traceatlas.errors import InputError, MissingDataError
+
+if TYPE_CHECKING:
+    from traceatlas.model.trace import Trace
+
+ANALYSES: Mapping[str, str] = {
+    "breakdown": "traceatlas.analysis.breakdown:Breakdown",
+}
+"""Analysis name -> ``module:Class``; imported lazily."""
+
+
+def get_analysis(name: str) -> Analysis:
+    """The analysis registered under ``name``; a clear error listing the others."""
+    if name not in ANALYSES:
+        raise InputError(name, f"unknown analysis (available: {', '.join(sorted(ANALYSES))})")
+    module_name, _, cls_name = ANALYSES[name].partition(":")
+    analysis: Analysis = getattr(importlib.import_module(module_name), cls_name)()
+    return analysis
+
+
+def parse_params(analysis: Analysis, given: Mapping[str, Any]) -> dict[str, Any]:
+    """Defaults overlaid with ``given`` (text from the CLI or Python values), typed."""
+    known = {p.name: p for p in analysis.params}
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        listed = ", ".join(known) or "none"
+        raise InputError(f"--param {unknown[0]}",
+                         f"{analysis.name} has no such parameter (parameters: {listed})")
+    out = {p.name: p.default for p in analysis.params}
+    for key, value in given.items():
+        out[key] = _convert(known[key], value, analysis.name)
+    return out
+
+
+def _convert(param: Param, value: Any, analysis: str) -> Any:
+    where = f"--param {param.name}"
+    if not isinstance(value, str):
+        return value
+    if param.choices is not None and value not in param.choices:
+        raise InputError(where, f"{value!r} is not one of {', '.join(param.choices)}")
+    try:
+        if param.kind is bool:
+            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(value)
+            return value.lower() in ("true", "1", "yes")
+        return param.kind(value)
+    except ValueError:
+        raise InputError(where, f"{analysis} expects {param.kind.__name__}, got {value!r}"
+                         ) from None
+
+
+def check_requirements(analysis: Analysis, trace: Trace) -> None:
+    """Raise MissingDataError naming what is missing and which analyses still apply."""
+    missing = [r for r in analysis.requires if not REQUIREMENTS[r].check(trace)]
+    if not missing:
+        return
+    met = {name: req.check(trace) for name, req in REQUIREMENTS.items()}
+    usable = [n for n in sorted(ANALYSES) if n != analysis.name
+              and all(met[r] for r in get_analysis(n).requires)]
+    what = "; ".join(REQUIREMENTS[r].description for r in missing)
+    raise MissingDataError(
+        analysis.name,
+        f"this trace has no {what}. Analyses that apply to it: "
+        f"{', '.join(usable) or 'none'}",
+    )
+
+
+def run(name: str, trace: Trace, params: Mapping[str, Any] | None = None) -> Result:
+    """Run the analysis ``name`` on ``trace`` with ``params`` (text or typed values)."""
+    analysis = get_analysis(name)
+    typed = parse_params(analysis, params or {})
+    check_requirements(analysis, trace)
+    return analysis.run(trace, typed)

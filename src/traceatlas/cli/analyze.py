@@ -1,0 +1,75 @@
+"""``traceatlas analyze NAME PATH`` and ``traceatlas analyses``: the analysis registry on
+the command line. Parameters, requirements and output come from each declaration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from traceatlas import analysis
+from traceatlas.cli import output
+from traceatlas.cli.main import EngineOpt, FormatOpt, _check_format, _guard, _open, app
+from traceatlas.errors import InputError
+
+
+@app.command("analyze")
+@_guard
+def analyze_command(
+    name: Annotated[str, typer.Argument(help="Analysis name (see `traceatlas analyses`).")],
+    path: Annotated[list[Path], typer.Argument(help="A store, or trace files / directories.")],
+    param: Annotated[list[str] | None, typer.Option(
+        "--param", "-p", help="Analysis parameter as key=value (repeatable).")] = None,
+    fmt: FormatOpt = "table",
+    table: Annotated[str | None, typer.Option(
+        "--table", help="Print this extra table of the result instead of the main one "
+        "(e.g. series).")] = None,
+    ranks: Annotated[str | None, typer.Option("--ranks", help="Ranks, e.g. 0,3-5.")] = None,
+    step: Annotated[int | None, typer.Option("--step", help="One iteration.")] = None,
+    window: Annotated[str | None, typer.Option(
+        "--window", help="START:END relative to the trace start (e.g. 1.5s:2s), or "
+        "'@' + epoch ns.")] = None,
+    category: Annotated[list[str] | None, typer.Option(
+        "--category", "-c", help="Canonical categories kept (comma-separated).")] = None,
+    name_regex: Annotated[str | None, typer.Option(
+        "--name", help="Regex on event names kept.")] = None,
+    engine: EngineOpt = "local",
+) -> None:
+    """Run one analysis; `--format json` prints the main table as a JSON array of rows."""
+    _check_format(fmt)
+    params = dict(_split(p) for p in param or [])
+    spec = analysis.get_analysis(name)
+    analysis.registry.parse_params(spec, params)  # bad parameters fail before any ingest
+    trace = _open(path, engine)
+    if any(v is not None for v in (ranks, step, window, category, name_regex)):
+        trace = trace.select(ranks=ranks, step=step, window=window,
+                             categories=category or None, name=name_regex)
+    result = analysis.run(name, trace, params)
+    frame = result.table
+    if table is not None:
+        if table not in result.extra:
+            raise InputError(f"--table {table}", f"{name} has no such table (tables: "
+                             f"{', '.join(result.extra) or 'none'})")
+        frame = result.extra[table]
+    for note in result.notes:
+        output.stderr.print(f"[dim]note[/dim]: {note}", highlight=False)
+    output.print_frame(output.humanize(frame) if fmt == "table" else frame, fmt)
+
+
+@app.command("analyses")
+def analyses_command() -> None:
+    """List the analyses with their parameters and what data they need."""
+    rows = []
+    for name in sorted(analysis.ANALYSES):
+        spec = analysis.get_analysis(name)
+        params = ", ".join(f"{p.name}={p.default}" for p in spec.params) or "-"
+        rows.append((name, spec.description, params, ", ".join(spec.requires) or "-"))
+    output.print_rows(("analysis", "what", "params (defaults)", "needs"), rows)
+
+
+def _split(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise InputError(f"--param {text}", "expected key=value")
+    return key.strip(), value.strip()
