@@ -1,0 +1,200 @@
+"""``kernels``: duration statistics per rank and kernel name, with a duration histogram and
+a multimodality flag.
+
+Rows: device kernels (categories ``kernel`` and ``comm_kernel``; with ``memory=true`` also
+``memcpy`` and ``memset``), grouped by rank, name and category (``by=rank``) or by name and
+category over all ranks (``by=name``, no rank column). Columns (ns, integers):
+``count``; ``total_ns`` sum of durations; ``mean_ns``; ``min_ns``; ``max_ns``; ``std_ns``
+sample standard deviation (n - 1 in the denominator, as pandas and HTA; 0 for one
+sample); ``p50_ns`` and ``p95_ns`` percentiles with linear interpolation; ``share_pct``
+= total_ns / busy * 100, where busy is the union of all device activity (kernels, comm
+kernels, memcpy, memset) of the rank (``by=name``: the sum of every rank's union). The
+shares of concurrent kernels can add up to more than 100. ``bimodal``: see below.
+Mean, std and percentiles are rounded to the nearest ns. ``top=N`` keeps the N names with
+the largest total per rank (``by=name``: overall); 0 keeps all.
+
+Extra table ``histogram``: per group, the non-empty bins of a fixed log-spaced grid with
+``BINS_PER_DECADE`` bins per decade: bin b holds durations d with 10^(b/10) <= d <
+10^((b+1)/10) ns, written as integer bounds ``bin_lo_ns`` <= d < ``bin_hi_ns``; zero
+durations go to the bin [0, 1). Column ``count``.
+
+``bimodal`` (a gap test on that histogram): true when the group has at least
+``MIN_SAMPLES`` samples and its log histogram has an empty stretch (one or more empty
+bins, i.e. durations at least 10^(1/10) = 1.26x apart with nothing between) that leaves at
+least ``MODE_MIN_FRACTION`` (10 %) of the samples on each side. Two populations of one
+kernel, e.g. a GEMM at 1 ms and 3 ms, are flagged; noise within +-10 % is not. The test
+is conservative: two modes whose tails touch are not flagged.
+
+Differences from HTA's ``get_gpu_kernel_breakdown``: no "others" row (HTA folds kernels
+past ``num_kernels`` or past the 80 % cumulative-duration quantile into "others"); memory
+activity is optional as in HTA (``include_memory_kernels``, off by default); HTA's
+percentage is of the summed time per kernel type, ours of the device busy time; HTA has
+no percentiles, histogram or bimodality.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from traceatlas.analysis.base import Param, Result
+from traceatlas.analysis.requirements import DEVICE_WORK
+from traceatlas.ops.unions import union_ns
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from traceatlas.model.trace import Trace
+
+BINS_PER_DECADE = 10
+"""Histogram resolution: bins per factor of 10 in duration."""
+MODE_MIN_FRACTION = 0.1
+"""Each side of a gap must hold at least this fraction of the samples."""
+MIN_SAMPLES = 10
+"""Groups with fewer samples are never flagged bimodal."""
+MAX_BIN = 188
+"""Last histogram bin: [10^18.8, 10^18.9) ns, below the int64 limit."""
+
+KERNEL_CATEGORIES = ("kernel", "comm_kernel")
+MEMORY_CATEGORIES = ("memcpy", "memset")
+GROUPINGS: Mapping[str, tuple[str, ...]] = {
+    "rank": ("rank", "name", "category"),
+    "name": ("name", "category"),
+}
+
+
+class Kernels:
+    """Per rank and kernel name: count, total, mean, min, max, std, p50, p95, share."""
+
+    name = "kernels"
+    description = ("Kernel duration statistics per rank and name, share of device busy "
+                   "time, log histogram and bimodality flag")
+    params = (
+        Param("top", int, 0, "keep the N kernels with the largest total time per rank "
+              "(by=name: overall); 0 = all"),
+        Param("by", str, "rank", "rank (per rank and name) or name (across ranks)",
+              ("rank", "name")),
+        Param("memory", bool, False, "also list memcpy and memset"),
+    )
+    requires = ("device",)
+
+    def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """Statistics per group, the histogram and the bimodality flag."""
+        import polars as pl
+
+        keys = list(GROUPINGS[str(params["by"])])
+        cats = KERNEL_CATEGORIES + (MEMORY_CATEGORIES if params["memory"] else ())
+        cat = pl.col("category").cast(pl.String)
+        device = trace.intervals.filter(cat.is_in(DEVICE_WORK)).select(
+            "rank", pl.col("name").cast(pl.String), cat.alias("category"),
+            "start_ns", "end_ns", "dur_ns")
+        rows = device.filter(pl.col("category").is_in(cats))
+        lazy = _stats(rows, keys, _busy(device, by_rank="rank" in keys))
+        stats = _top(lazy, int(params["top"]), "rank" in keys).collect()
+        chosen = stats.lazy().select(keys)
+        kept = rows.join(chosen, on=keys, how="semi")
+        hist = _histogram(kept, keys).collect()
+        flags = _bimodal(hist.lazy(), keys).collect()
+        order = ["rank"] if "rank" in keys else []
+        table = (stats.join(flags, on=keys, how="left")
+                 .with_columns(pl.col("bimodal").fill_null(False))
+                 .sort([*order, "total_ns", "name"], descending=[*[False] * len(order),
+                                                                 True, False]))
+        return Result(table, extra={"histogram": hist.drop("_bin")},
+                      notes=[f"share_pct: % of the rank's device busy time (union of all "
+                             f"device activity); bimodal: log-histogram gap test, "
+                             f"{BINS_PER_DECADE} bins/decade"])
+
+
+def _busy(device: pl.LazyFrame, by_rank: bool) -> pl.LazyFrame:
+    """Union of all device activity per rank (columns rank, busy_ns), or its sum."""
+    import polars as pl
+
+    per_rank = union_ns(device, ["rank"], "busy_ns")
+    return per_rank if by_rank else per_rank.select(pl.col("busy_ns").sum())
+
+
+def _stats(rows: pl.LazyFrame, keys: list[str], busy: pl.LazyFrame) -> pl.LazyFrame:
+    import polars as pl
+
+    dur = pl.col("dur_ns")
+
+    def rounded(expr: pl.Expr, name: str) -> pl.Expr:
+        return expr.round(0).cast(pl.Int64).alias(name)
+
+    frame = rows.group_by(keys).agg(
+        pl.len().cast(pl.Int64).alias("count"),
+        dur.sum().alias("total_ns"),
+        rounded(dur.mean(), "mean_ns"),
+        dur.min().alias("min_ns"),
+        dur.max().alias("max_ns"),
+        rounded(dur.std(ddof=1).fill_null(0.0), "std_ns"),
+        rounded(dur.quantile(0.5, "linear"), "p50_ns"),
+        rounded(dur.quantile(0.95, "linear"), "p95_ns"),
+    )
+    frame = (frame.join(busy, on="rank", how="left") if "rank" in keys
+             else frame.join(busy, how="cross"))
+    share = pl.when(pl.col("busy_ns") > 0).then(
+        pl.col("total_ns") / pl.col("busy_ns") * 100).otherwise(None)
+    return frame.with_columns(share.alias("share_pct")).select(
+        *keys, "count", "total_ns", "mean_ns", "min_ns", "max_ns", "std_ns", "p50_ns",
+        "p95_ns", "share_pct")
+
+
+def _top(stats: pl.LazyFrame, top: int, by_rank: bool) -> pl.LazyFrame:
+    import polars as pl
+
+    if top <= 0:
+        return stats
+    rank = pl.col("total_ns").rank("ordinal", descending=True)
+    return stats.filter((rank.over("rank") if by_rank else rank) <= top)
+
+
+def _edges() -> pl.LazyFrame:
+    """Integer bounds of the log bins: _bin, bin_lo_ns = ceil(10^(b/B)), bin_hi_ns; bin -1
+    is [0, 1). Computed with Python floats, exact at powers of ten."""
+    import polars as pl
+
+    b = BINS_PER_DECADE
+    bins = list(range(MAX_BIN + 1))
+    return pl.LazyFrame({
+        "_bin": [-1, *bins],
+        "bin_lo_ns": [0, *(math.ceil(10.0 ** (i / b)) for i in bins)],
+        "bin_hi_ns": [1, *(math.ceil(10.0 ** ((i + 1) / b)) for i in bins)],
+    }, schema={"_bin": pl.Int64, "bin_lo_ns": pl.Int64, "bin_hi_ns": pl.Int64})
+
+
+def _histogram(rows: pl.LazyFrame, keys: list[str]) -> pl.LazyFrame:
+    """Non-empty log bins per group: keys, bin_lo_ns, bin_hi_ns, count (and _bin)."""
+    import polars as pl
+
+    dur = pl.col("dur_ns")
+    # Float estimate of the bin, then moved by one where it missed the integer bounds.
+    guess = pl.when(dur > 0).then(
+        (dur.cast(pl.Float64).log10() * BINS_PER_DECADE).floor().clip(0, MAX_BIN)
+    ).otherwise(-1).cast(pl.Int64).alias("_bin")
+    edges = _edges()
+    fixed = (pl.col("_bin") + (dur >= pl.col("bin_hi_ns")).cast(pl.Int64)
+             - (dur < pl.col("bin_lo_ns")).cast(pl.Int64)).alias("_bin")
+    return (
+        rows.select(*keys, "dur_ns", guess).join(edges, on="_bin", how="left")
+        .select(*keys, fixed).group_by(*keys, "_bin")
+        .agg(pl.len().cast(pl.Int64).alias("count"))
+        .join(edges, on="_bin", how="left")
+        .sort([*keys, "_bin"])
+        .select(*keys, "bin_lo_ns", "bin_hi_ns", "count", "_bin")
+    )
+
+
+def _bimodal(hist: pl.LazyFrame, keys: list[str]) -> pl.LazyFrame:
+    """Per group: bimodal = an empty stretch of bins with >= 10 % of samples each side."""
+    import polars as pl
+
+    n = pl.col("count").sum().over(keys)
+    below = pl.col("count").cum_sum().over(keys)
+    gap = (pl.col("_bin").shift(-1).over(keys) - pl.col("_bin")) >= 2
+    least = n * MODE_MIN_FRACTION
+    split = gap & (below >= least) & ((n - below) >= least) & (n >= MIN_SAMPLES)
+    return (hist.sort([*keys, "_bin"]).with_columns(split.fill_null(False).alias("_split"))
+            .group_by(keys).agg(pl.col("_split").any().alias("bimodal")))

@@ -1,0 +1,255 @@
+"""``steps``: per rank and iteration, the step window and where its time goes.
+
+Markers: the ``step`` intervals (``ProfilerStep#N``; the number comes from the step
+column) or, with ``marker=REGEX``, host intervals whose name matches (annotations, NVTX
+ranges, ...); the step number is the regex's first group when it is an integer, else the
+marker's ordinal on its rank (0, 1, ...). Markers of one number on one rank merge into
+[first start, last end).
+
+Step window (the TensorBoard profiler plugin's, ``step_parser.py``): a step starts at the
+later of its marker start and the previous step's end, and ends at the later of its marker
+end and the end of the last device activity (kernel, comm kernel, memcpy, memset) launched
+inside it: launched = its runtime/driver launch (same ``correlation`` on the rank) starts
+in [marker start, marker end). Windows of one rank never overlap.
+
+Columns (ns): ``rank``, ``step``, ``start_ns``, ``end_ns``, ``dur_ns`` = end - start, and
+the breakdown of ``dur_ns``, in priority order, each category taking the part of its
+interval union (all tracks of the rank, clipped to the window) not taken by an earlier
+one:
+
+- ``kernel_ns``: device kernels, NCCL/RCCL communication kernels included;
+- ``memcpy_ns``, ``memset_ns``: device memory activity;
+- ``runtime_ns``: host runtime and driver API calls (``cudaLaunchKernel``, syncs, ...);
+- ``dataloader_ns``: host intervals named ``enumerate(DataLoader)#....__next__``;
+- ``cpu_exec_ns``: host operators (category ``cpu_op``, any host thread) not covered by
+  the above. Annotations (``record_function``, NVTX), Python-function events and the step
+  markers themselves do not count, as in the plugin;
+- ``other_ns``: step time covered by none of the above.
+
+The parts sum to ``dur_ns`` exactly. Differences from the TensorBoard plugin: communication
+kernels count as kernel time (the plugin has a separate Communication column); a launch
+belongs to a step when it starts inside the marker (the plugin wants it entirely inside);
+the first step starts at its marker (the plugin may push it to the end of earlier
+unattributed device work); trailing steps with few device events are kept (the plugin drops
+them). HTA's ``get_profiler_steps`` only lists step numbers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from traceatlas.analysis.base import Param, Result
+from traceatlas.analysis.requirements import DEVICE_WORK
+from traceatlas.errors import InputError, MissingDataError
+from traceatlas.model.schema import DEVICE_CATEGORIES
+from traceatlas.ops.unions import union_segments
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from traceatlas.model.trace import Trace
+
+DATALOADER_RE = r"^enumerate\(DataLoader\)#.*\.__next__$"
+"""Host intervals of DataLoader iteration (PyTorch names them this way)."""
+
+PARTS: tuple[str, ...] = ("kernel", "memcpy", "memset", "runtime", "dataloader", "cpu_exec")
+"""Breakdown categories in priority order; ``other`` is the rest of the window."""
+
+COLUMNS: tuple[str, ...] = ("rank", "step", "start_ns", "end_ns", "dur_ns",
+                            *(f"{p}_ns" for p in PARTS), "other_ns")
+
+
+def _part_filters() -> list[pl.Expr]:
+    """One row filter per entry of ``PARTS``."""
+    import polars as pl
+
+    cat = pl.col("category").cast(pl.String)
+    host = ~cat.is_in(tuple(DEVICE_CATEGORIES))
+    loader = host & pl.col("name").cast(pl.String).str.contains(DATALOADER_RE)
+    return [
+        cat.is_in(("kernel", "comm_kernel")),
+        cat == "memcpy",
+        cat == "memset",
+        cat.is_in(("runtime", "driver")),
+        loader,
+        cat == "cpu_op",
+    ]
+
+
+class Steps:
+    """Per rank and step: window and time breakdown (kernel > memcpy > ... > other)."""
+
+    name = "steps"
+    description = ("Per rank and iteration: start, end, duration and its breakdown "
+                   "(kernel, memcpy, memset, runtime, dataloader, cpu_exec, other)")
+    params = (
+        Param("marker", str, "", "regex on host interval names marking iterations (e.g. "
+              "'^train_step (\\d+)$'); empty: the ProfilerStep#N step intervals"),
+    )
+    requires = ("intervals",)
+
+    def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """Step windows per rank and their breakdown in priority order."""
+        import polars as pl
+
+        marker = str(params["marker"])
+        markers = _markers(trace, marker).collect()
+        if markers.height == 0:
+            _no_markers(trace, marker)
+        windows = _windows(trace, markers.lazy())
+        table = _breakdown(trace, windows).select(COLUMNS).sort("rank", "step").collect()
+        notes = []
+        if marker:
+            notes.append(f"steps marked by host intervals matching {marker!r}")
+        if table.height and (table["dur_ns"] == 0).any():
+            notes.append("some steps have zero duration (marker inside the previous step's "
+                         "device tail)")
+        return Result(table.with_columns(pl.col("step").cast(pl.Int64)), notes=notes)
+
+
+class _NeedsSteps:
+    """The requirement check of the default (ProfilerStep) markers."""
+
+    name = "steps"
+    description = Steps.description
+    params: tuple[Param, ...] = ()
+    requires: tuple[str, ...] = ("steps",)
+
+    def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """Never run: only used to word the missing-data error."""
+        raise NotImplementedError
+
+
+def _no_markers(trace: Trace, marker: str) -> None:
+    from traceatlas.analysis.registry import check_requirements
+
+    if not marker:
+        check_requirements(_NeedsSteps(), trace)
+    raise MissingDataError(
+        "steps", f"no host interval name matches --param marker={marker!r}"
+        if marker else "this trace has no iteration markers (ProfilerStep#N)")
+
+
+def _markers(trace: Trace, marker: str) -> pl.LazyFrame:
+    """Columns rank, step, hs (marker start), he (marker end), one row per rank and step."""
+    import polars as pl
+
+    cat = pl.col("category").cast(pl.String)
+    frame = trace.intervals
+    if marker:
+        try:
+            pattern = re.compile(marker)
+        except re.error as exc:
+            raise InputError("--param marker", f"bad regex {marker!r}: {exc}") from None
+        name = pl.col("name").cast(pl.String)
+        rows = frame.filter(~cat.is_in(tuple(DEVICE_CATEGORIES))
+                            & name.str.contains(marker))
+        if pattern.groups:
+            number = name.str.extract(marker, 1).cast(pl.Int64, strict=False)
+        else:
+            number = pl.lit(None, pl.Int64)
+        rows = rows.select("rank", "start_ns", "end_ns", number.alias("step"))
+    else:
+        rows = frame.filter(cat == "step").select(
+            "rank", "start_ns", "end_ns",
+            pl.when(pl.col("step") >= 0).then(pl.col("step")).cast(pl.Int64).alias("step"))
+    # Unnumbered markers (no group, or step -1): their ordinal on the rank.
+    ordinal = pl.int_range(pl.len()).over("rank")
+    rows = rows.sort("rank", "start_ns").with_columns(
+        pl.when(pl.col("step").is_null().any().over("rank")).then(ordinal)
+        .otherwise(pl.col("step")).alias("step"))
+    return rows.group_by("rank", "step").agg(
+        pl.col("start_ns").min().alias("hs"), pl.col("end_ns").max().alias("he"))
+
+
+def _windows(trace: Trace, markers: pl.LazyFrame) -> pl.LazyFrame:
+    """Step windows: columns rank, step, start_ns, end_ns (non-overlapping per rank)."""
+    import polars as pl
+
+    cat = pl.col("category").cast(pl.String)
+    rows = trace.intervals.filter(pl.col("correlation").is_not_null())
+    launches = (rows.filter(cat.is_in(("runtime", "driver")))
+                .group_by("rank", "correlation").agg(pl.col("start_ns").min().alias("ls")))
+    device = (rows.filter(cat.is_in(DEVICE_WORK)).select("rank", "correlation", "end_ns")
+              .join(launches, on=["rank", "correlation"], how="inner")
+              .sort("ls"))
+    ordered = markers.sort("hs")
+    # Each launch to the last marker starting at or before it, kept if inside the marker.
+    owned = (device.join_asof(ordered, left_on="ls", right_on="hs", by="rank",
+                              strategy="backward", check_sortedness=False)
+             .filter(pl.col("hs").is_not_null() & (pl.col("ls") < pl.col("he")))
+             .group_by("rank", "step").agg(pl.col("end_ns").max().alias("dev_end")))
+    reach = pl.max_horizontal("he", "dev_end")
+    return (
+        markers.join(owned, on=["rank", "step"], how="left")
+        .sort("rank", "hs", "step")
+        .with_columns(end_ns=reach.cum_max().over("rank"))
+        .with_columns(start_ns=pl.max_horizontal(
+            "hs", pl.col("end_ns").shift(1).over("rank")))
+        .select("rank", "step", "start_ns", "end_ns")
+    )
+
+
+def _covered(segments: pl.LazyFrame, windows: pl.LazyFrame, name: str) -> pl.LazyFrame:
+    """Length of the union ``segments`` (disjoint, per rank) inside each window: columns
+    rank, step, name. Uses F(t) = covered length before t, F(end) - F(start)."""
+    import polars as pl
+
+    seg = (segments.sort("rank", "start_ns")
+           .with_columns(before=(pl.col("end_ns") - pl.col("start_ns")).cum_sum().over("rank")
+                         - (pl.col("end_ns") - pl.col("start_ns")))
+           .select("rank", pl.col("start_ns").alias("s"), pl.col("end_ns").alias("e"),
+                   "before")
+           .sort("s"))
+
+    def upto(col: str) -> pl.LazyFrame:
+        at = windows.select("rank", "step", pl.col(col).alias("t")).sort("t")
+        joined = at.join_asof(seg, left_on="t", right_on="s", by="rank",
+                             strategy="backward", check_sortedness=False)
+        value = pl.when(pl.col("s").is_null()).then(0).otherwise(
+            pl.col("before") + pl.min_horizontal("t", "e") - pl.col("s"))
+        return joined.select("rank", "step", value.alias(col))
+
+    return (upto("start_ns").join(upto("end_ns"), on=["rank", "step"])
+            .select("rank", "step", (pl.col("end_ns") - pl.col("start_ns")).alias(name)))
+
+
+def _breakdown(trace: Trace, windows: pl.LazyFrame) -> pl.LazyFrame:
+    """Windows with dur_ns and the exclusive part of each category, plus other_ns."""
+    import polars as pl
+
+    windows = windows.cache()
+    base = trace.intervals.select("rank", "category", "name", "start_ns", "end_ns")
+    ranks = windows.select("rank").unique()
+    base = base.join(ranks, on="rank", how="semi")
+    frame = windows.with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns"))
+    level_names: list[str] = []
+    previous: pl.LazyFrame | None = None
+    for part, where in zip(PARTS, _part_filters(), strict=True):
+        rows = base.filter(where).select("rank", "start_ns", "end_ns")
+        if previous is not None:
+            rows = pl.concat([rows, previous])
+        segments = union_segments(rows, ["rank"]).cache()
+        name = f"_cum_{part}"
+        frame = frame.join(_covered(segments, windows, name), on=["rank", "step"], how="left")
+        level_names.append(name)
+        previous = segments
+    return frame.with_columns(pl.col(n).fill_null(0) for n in level_names).with_columns(
+        *_exclusive(level_names),
+        other_ns=pl.col("dur_ns") - pl.col(level_names[-1]),
+    )
+
+
+def _exclusive(levels: Sequence[str]) -> list[pl.Expr]:
+    """part_k = covered(first k categories) - covered(first k - 1)."""
+    import polars as pl
+
+    out = []
+    for k, part in enumerate(PARTS):
+        expr = pl.col(levels[k])
+        if k:
+            expr = expr - pl.col(levels[k - 1])
+        out.append(expr.alias(f"{part}_ns"))
+    return out
