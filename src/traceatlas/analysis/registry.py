@@ -15,6 +15,16 @@ if TYPE_CHECKING:
 
 ANALYSES: Mapping[str, str] = {
     "breakdown": "traceatlas.analysis.breakdown:Breakdown",
+    "annotations": "traceatlas.analysis.annotations:Annotations",
+    "patterns": "traceatlas.analysis.patterns:Patterns",
+    "counters": "traceatlas.analysis.counters:Counters",
+    "collectives": "traceatlas.analysis.collectives:Collectives",
+    "steps": "traceatlas.analysis.steps:Steps",
+    "kernels": "traceatlas.analysis.kernels:Kernels",
+    "launch": "traceatlas.analysis.launch:Launch",
+    "queue": "traceatlas.analysis.queue:Queue",
+    "idle": "traceatlas.analysis.idle:Idle",
+    "overlap": "traceatlas.analysis.overlap:Overlap",
 }
 """Analysis name -> ``module:Class``; imported lazily."""
 

@@ -58,7 +58,12 @@ def _comm(trace: Trace) -> bool:
 
 
 def _counters(trace: Trace) -> bool:
-    return _any(trace, "counters")
+    """Sampled counters, or Kineto's CUPTI range-profiler events (counters in ``args``)."""
+    import polars as pl
+
+    return _any(trace, "counters") or _any(
+        trace, "intervals",
+        pl.col("source_category").cast(pl.String) == "cuda_profiler_range")
 
 
 def _messages(trace: Trace) -> bool:
@@ -77,7 +82,8 @@ REQUIREMENTS: Mapping[str, Requirement] = {
         _correlation),
     "steps": Requirement("iteration markers (ProfilerStep#N, or --param marker=...)", _steps),
     "comm": Requirement("communication kernels (NCCL/RCCL)", _comm),
-    "counters": Requirement("counter samples (GPU metrics, PAPI, ...)", _counters),
+    "counters": Requirement(
+        "counter samples (GPU metrics, PAPI, ...) or CUPTI range-profiler events", _counters),
     "messages": Requirement("point-to-point messages (MPI)", _messages),
 }
 """Requirement name -> check; analyses list the names they need in ``requires``."""

@@ -89,11 +89,19 @@ def humanize_ns(value: int | None) -> str:
     return f"{value} ns"
 
 
+def is_timestamp(column: str) -> bool:
+    """``start_ns``, ``end_ns``, ``ts_ns``, ``send_start_ns``...: points in time, not durations."""
+    return column in ("start_ns", "end_ns", "ts_ns") or column.endswith(
+        ("_start_ns", "_end_ns", "_ts_ns"))
+
+
 def humanize(frame: pl.DataFrame) -> pl.DataFrame:
-    """Integer ``*_ns`` columns as human durations (for terminal tables only)."""
+    """Integer duration columns (``*_ns`` but not timestamps) as human durations, for
+    terminal tables only; timestamps stay integer epoch ns."""
     import polars as pl
 
-    cols = [c for c, t in frame.schema.items() if c.endswith("_ns") and t.is_integer()]
+    cols = [c for c, t in frame.schema.items()
+            if c.endswith("_ns") and not is_timestamp(c) and t.is_integer()]
     return frame.with_columns(
         pl.col(c).map_elements(humanize_ns, return_dtype=pl.String) for c in cols
     )
