@@ -70,6 +70,12 @@ def _messages(trace: Trace) -> bool:
     return _any(trace, "messages")
 
 
+def _mpi(trace: Trace) -> bool:
+    import polars as pl
+
+    return _any(trace, "intervals", pl.col("category").cast(pl.String) == "mpi")
+
+
 def _intervals(trace: Trace) -> bool:
     return _any(trace, "intervals")
 
@@ -85,5 +91,6 @@ REQUIREMENTS: Mapping[str, Requirement] = {
     "counters": Requirement(
         "counter samples (GPU metrics, PAPI, ...) or CUPTI range-profiler events", _counters),
     "messages": Requirement("point-to-point messages (MPI)", _messages),
+    "mpi": Requirement("MPI calls (category mpi intervals)", _mpi),
 }
 """Requirement name -> check; analyses list the names they need in ``requires``."""
