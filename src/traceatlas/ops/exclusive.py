@@ -1,0 +1,188 @@
+"""Exclusive time of intervals: inclusive time minus the direct children on the same track.
+
+Nesting is decided per *layer* of a track: rows with the same ``(rank, track_id, layer)``
+form one call stack; a negative layer means "never nests" (device streams, where
+overlapping kernels are concurrent, not nested: exclusive = inclusive). Within a stack
+the rows are sorted by (start, -end); the call-stack depth comes from
+``ops.nesting.stack_depth``, and each row's parent is the closest earlier row one level
+up (an as-of lookup per depth level: a loop over depth levels, never over rows).
+
+A child's contribution to its parent is its overlap with the parent,
+``min(child end, parent end) - child start`` (>= 0): the child's duration for properly
+nested calls, and no negative exclusive time when a source has crossing intervals.
+Times are int64 ns.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from traceatlas.ops.nesting import BoolArray, IntArray, nesting_depth, sort_for_nesting
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from traceatlas.model.trace import Trace
+
+
+def parents(key: IntArray, start: IntArray, end: IntArray, nests: BoolArray) -> IntArray:
+    """Index of each row's direct parent (-1: top level or not nesting), in input order.
+
+    ``key`` identifies the stack (one int per (rank, track, layer)); rows with
+    ``nests`` False never get nor are a parent.
+    """
+    n = len(start)
+    out = np.full(n, -1, dtype=np.int64)
+    rows = np.flatnonzero(nests)
+    if len(rows) == 0:
+        return out
+    k, s, e = key[rows], start[rows], end[rows]
+    order = sort_for_nesting(k, s, e)
+    ks, ss, es = k[order], s[order], e[order]
+    depth = nesting_depth(ks, ss, es)
+    parent_sorted = np.full(len(order), -1, dtype=np.int64)
+    previous = np.flatnonzero(depth == 0)
+    for level in range(1, int(depth.max(initial=0)) + 1):
+        here = np.flatnonzero(depth == level)
+        if len(here) == 0:
+            break
+        # The closest earlier row one level up; depth > 0 guarantees one on the same
+        # stack (rows of a stack are contiguous in the sort order).
+        pos = previous[np.searchsorted(previous, here) - 1]
+        same = ks[pos] == ks[here]
+        parent_sorted[here[same]] = pos[same]
+        previous = here
+    has = parent_sorted >= 0
+    child_rows = rows[order[has]]
+    out[child_rows] = rows[order[parent_sorted[has]]]
+    return out
+
+
+def child_overlap(parent: IntArray, start: IntArray, end: IntArray) -> IntArray:
+    """Per row: its overlap with its parent (0 for rows without a parent), ns."""
+    has = parent >= 0
+    overlap = np.zeros(len(start), dtype=np.int64)
+    p = parent[has]
+    overlap[has] = np.maximum(np.minimum(end[has], end[p]) - start[has], 0)
+    return overlap
+
+
+def with_exclusive(frame: pl.DataFrame) -> pl.DataFrame:
+    """Add ``parent`` (row index, -1 none), ``child_ns`` (overlap with the parent) and
+    ``exclusive_ns`` (own duration minus the direct children's overlaps).
+
+    ``frame`` needs ``rank``, ``track_id``, ``layer`` (int; < 0: never nests),
+    ``start_ns`` and ``end_ns``; row order is kept.
+    """
+    import polars as pl
+
+    if frame.height == 0:
+        return frame.with_columns(parent=pl.lit(None, pl.Int64), child_ns=pl.lit(None, pl.Int64),
+                                  exclusive_ns=pl.lit(None, pl.Int64)).clear()
+    rank = frame["rank"].to_numpy().astype(np.int64)
+    track = frame["track_id"].to_numpy().astype(np.int64)
+    layer = frame["layer"].to_numpy().astype(np.int64) + 1  # -1.. -> 0..
+    tracks = int(track.max()) - int(track.min()) + 1
+    layers = int(layer.max()) + 1
+    key = ((rank - int(rank.min())) * tracks + (track - int(track.min()))) * layers + layer
+    start = frame["start_ns"].to_numpy().astype(np.int64)
+    end = frame["end_ns"].to_numpy().astype(np.int64)
+    nests = (frame["layer"] >= 0).to_numpy()
+    parent = parents(key, start, end, nests)
+    overlap = child_overlap(parent, start, end)
+    has = parent >= 0
+    children = np.bincount(parent[has], weights=overlap[has].astype(np.float64),
+                           minlength=frame.height)
+    exclusive = (end - start) - np.rint(children).astype(np.int64)
+    return frame.with_columns(parent=pl.Series(parent), child_ns=pl.Series(overlap),
+                              exclusive_ns=pl.Series(exclusive))
+
+
+HOST_KIND = "host_thread"
+STATE = "state"
+"""Paraver states: a timeline of their own beside the call stack (layer 1)."""
+ALL = "all"
+
+
+def selected_categories(text: str) -> tuple[str, ...] | None:
+    """``categories`` parameter: "" = host default (None), "all", or a comma list."""
+    from traceatlas.errors import InputError
+    from traceatlas.model.schema import CATEGORIES
+
+    text = text.strip()
+    if not text:
+        return None
+    if text == ALL:
+        return CATEGORIES
+    names = tuple(c.strip() for c in text.split(",") if c.strip())
+    bad = [c for c in names if c not in CATEGORIES]
+    if bad or not names:
+        raise InputError("--param categories",
+                         f"{bad[0] if bad else text!r} is not a category (use 'all' or a "
+                         f"comma list of: {', '.join(CATEGORIES)})")
+    return names
+
+
+def exclusive_intervals(trace: Trace, categories: str) -> tuple[pl.DataFrame, list[str]]:
+    """Every interval of ``trace`` with ``exclusive_ns`` and ``parent``, and ``keep``
+    (the row's category is selected), plus notes on the conventions applied.
+
+    Layers: rows on host-thread tracks nest (layer 0; Paraver ``state`` rows form their
+    own layer 1, since states tile the thread's timeline beside the MPI call stack); rows
+    on other tracks (GPU streams, devices) never nest (exclusive = inclusive). Exclusive
+    time is computed over all rows of a track, before the category selection: selecting
+    ``mpi`` does not give MPI calls their children's time. Default selection (empty
+    ``categories``): every category on host-thread tracks except ``state``.
+    """
+    import polars as pl
+
+    chosen = selected_categories(categories)
+    kinds = trace.tracks.select("rank", "track_id", pl.col("kind").cast(pl.String))
+    cat = pl.col("category").cast(pl.String)
+    frame = (
+        trace.intervals.select("rank", "track_id", "start_ns", "end_ns",
+                               pl.col("name").cast(pl.String), cat.alias("category"))
+        .join(kinds, on=["rank", "track_id"], how="left")
+        .with_columns(host=pl.col("kind").fill_null(HOST_KIND) == HOST_KIND)
+        .with_columns(layer=pl.when(~pl.col("host")).then(-1)
+                      .when(pl.col("category") == STATE).then(1).otherwise(0))
+        .collect()
+    )
+    frame = with_exclusive(frame)
+    if chosen is None:
+        keep = pl.col("host") & (pl.col("category") != STATE)
+    else:
+        keep = pl.col("category").is_in(chosen)
+    frame = frame.with_columns(keep=keep)
+    notes = []
+    states = frame.filter(pl.col("category") == STATE).height
+    if chosen is None and states:
+        notes.append(f"{states} Paraver state interval(s) left out (a timeline beside the "
+                     "call stack); categories=state profiles them")
+    if frame.filter(pl.col("keep") & ~pl.col("host")).height:
+        notes.append("rows on GPU streams/devices do not nest: their exclusive time is "
+                     "their inclusive time (concurrent kernels each count in full)")
+    return frame, notes
+
+
+def rank_stats(value: str, prefix: str, world: int | None) -> list[pl.Expr]:
+    """Aggregations over the per-rank rows of one group (one row per rank that has it):
+    ``<prefix>_mean_ns`` (rounded to ns), ``<prefix>_min_ns``, ``<prefix>_max_ns`` and
+    ``imbalance`` = max / mean (exact mean; null when the mean is 0).
+
+    ``world`` None: over the ranks that have the group (Pipit's ``flat_profile`` and
+    ``load_imbalance``); an int: over that many ranks, absent ranks counting 0.
+    """
+    import polars as pl
+
+    v = pl.col(value)
+    mean = v.sum() / (pl.len() if world is None else pl.lit(world))
+    low = v.min() if world is None else pl.when(pl.len() < world).then(0).otherwise(v.min())
+    return [
+        mean.round(0).cast(pl.Int64).alias(f"{prefix}_mean_ns"),
+        low.cast(pl.Int64).alias(f"{prefix}_min_ns"),
+        v.max().alias(f"{prefix}_max_ns"),
+        pl.when(mean > 0).then(v.max() / mean).otherwise(None).alias("imbalance"),
+    ]
