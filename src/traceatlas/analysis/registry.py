@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 
 ANALYSES: Mapping[str, str] = {
     "breakdown": "traceatlas.analysis.breakdown:Breakdown",
+    "profile": "traceatlas.analysis.profile:Profile",
+    "time_profile": "traceatlas.analysis.time_profile:TimeProfile",
+    "load_imbalance": "traceatlas.analysis.load_imbalance:LoadImbalance",
     "annotations": "traceatlas.analysis.annotations:Annotations",
     "patterns": "traceatlas.analysis.patterns:Patterns",
     "counters": "traceatlas.analysis.counters:Counters",
@@ -25,6 +28,13 @@ ANALYSES: Mapping[str, str] = {
     "queue": "traceatlas.analysis.queue:Queue",
     "idle": "traceatlas.analysis.idle:Idle",
     "overlap": "traceatlas.analysis.overlap:Overlap",
+    "comm_matrix": "traceatlas.analysis.comm_matrix:CommMatrix",
+    "message_histogram": "traceatlas.analysis.message_histogram:MessageHistogram",
+    "comm_over_time": "traceatlas.analysis.comm_over_time:CommOverTime",
+    "comm_by_rank": "traceatlas.analysis.comm_by_rank:CommByRank",
+    "mpi_collectives": "traceatlas.analysis.mpi_collectives:MpiCollectives",
+    "mpi_wait": "traceatlas.analysis.mpi_wait:MpiWait",
+    "phases": "traceatlas.analysis.phases:Phases",
 }
 """Analysis name -> ``module:Class``; imported lazily."""
 

@@ -19,6 +19,8 @@ Semantics of ``Selection.apply`` (a row is kept when it matches every condition 
   its rank's step-N span, taken half-open ``[first start, last end)`` of that rank's
   ``step`` intervals with ``step == N`` (it starts inside, or starts before and ends
   after the span start), or its ``step`` column is N (device work launched in the step).
+  Without any ``step`` interval, the span is iteration N (0-based) of the ``phases``
+  analysis (``[start, end)`` of that rank's detected loop iteration).
 - instants: rank, window and step span (``span start <= ts < span end``), category and
   name as for intervals; with ``min_dur_ns`` > 0 they are dropped (zero duration).
 - counters: rank, window and step span; ``name_regex`` on the series name; their category
@@ -232,7 +234,11 @@ def selection_from(
 
 
 def step_spans(trace: Trace, step: int) -> StepSpans:
-    """Per rank, first start to last end of the ``step`` intervals whose step is ``step``."""
+    """Per rank, first start to last end of the ``step`` intervals whose step is ``step``.
+
+    A trace without any ``step`` interval falls back to the ``phases`` analysis (default
+    parameters): iteration ``step`` (0-based) of each rank's detected loop.
+    """
     import polars as pl
 
     spans = (
@@ -244,9 +250,29 @@ def step_spans(trace: Trace, step: int) -> StepSpans:
     if spans.height == 0:
         known = (trace.intervals.filter(pl.col("category").cast(pl.String) == "step")
                  .select(pl.col("step").unique().sort()).collect()["step"].to_list())
+        if not known:
+            return _phase_spans(trace, step)
         listed = ", ".join(map(str, known[:20])) or "none"
         raise InputError("--step", f"no step {step} in the trace (steps: {listed})")
     return tuple((int(r), int(s), int(e)) for r, s, e in spans.iter_rows())
+
+
+def _phase_spans(trace: Trace, step: int) -> StepSpans:
+    """Per rank, the span of iteration ``step`` found by the ``phases`` analysis."""
+    from traceatlas.analysis.registry import run
+    from traceatlas.errors import MissingDataError
+
+    try:
+        table = run("phases", trace).table
+    except MissingDataError as exc:
+        raise InputError("--step", f"the trace has no step markers and {exc.problem}"
+                         ) from None
+    rows = table.filter(table["phase"] == step)
+    if rows.height == 0:
+        raise InputError("--step", f"no step {step}: the trace has no step markers and "
+                         f"the phases analysis found iterations 0-{max(table['phase'].to_list())}")
+    return tuple((int(r), int(s), int(e)) for r, s, e in
+                 rows.select("rank", "start_ns", "end_ns").sort("rank").iter_rows())
 
 
 def trace_start_ns(trace: Trace) -> int:

@@ -12,13 +12,17 @@ from traceatlas.testing.builder import (
     micros,
     write_multi_rank,
 )
+from traceatlas.testing.mpi import MpiTrace, write_mpi_trace, write_paraver
 
 __all__ = [
     "DEFAULT_BASE_TIME_NS",
     "Collective",
     "LaunchKind",
+    "MpiTrace",
     "SyncKind",
     "TraceBuilder",
     "micros",
+    "write_mpi_trace",
     "write_multi_rank",
+    "write_paraver",
 ]
