@@ -90,9 +90,10 @@ def humanize_ns(value: int | None) -> str:
 
 
 def is_timestamp(column: str) -> bool:
-    """``start_ns``, ``end_ns``, ``ts_ns``, ``send_start_ns``...: points in time, not durations."""
+    """``start_ns``, ``end_ns``, ``ts_ns``, ``send_start_ns``, ``last_enter_ns``...: points in
+    time, not durations."""
     return column in ("start_ns", "end_ns", "ts_ns") or column.endswith(
-        ("_start_ns", "_end_ns", "_ts_ns"))
+        ("_start_ns", "_end_ns", "_ts_ns", "_enter_ns", "_exit_ns"))
 
 
 def humanize(frame: pl.DataFrame) -> pl.DataFrame:
