@@ -10,8 +10,9 @@ system clock and gives ``TARGET_INFO_SESSION_START_TIME.systemClockNs`` (equal t
 ``ANALYSIS_DETAILS.startTime``); schemas 2.9 and 3.13 have no ``systemClockNs`` and
 write times relative to the session start (every event in [0, duration]). Times are
 put on the unix epoch as ``t + utcEpochNs - systemClockNs`` (``systemClockNs`` = 0 when
-absent). Tables are read with the standard library's ``sqlite3``, read-only; see
-``nsys_tables.py`` for how events become canonical rows.
+absent). The schema and the small tables are read with the standard library's
+``sqlite3``, the event tables straight into Arrow through the ADBC SQLite driver
+(``nsys_load.py``), all read-only; ``nsys_tables.py`` turns them into canonical rows.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from typing import Any
 import pyarrow as pa
 
 from traceatlas.errors import CorruptTraceError, DataQualityWarning, UnsupportedFormatError
+from traceatlas.io import nsys_load as nl
 from traceatlas.io import nsys_tables as nt
+from traceatlas.io.nsys_adbc import DriverError, ReadError
 from traceatlas.io.nsys_schema import READ_TABLES, Catalog, nvtx_codes, quote
 from traceatlas.io.reading import RankData
 from traceatlas.io.sources import Source
@@ -41,6 +44,7 @@ REPORT_SUFFIX = ".nsys-rep"
 _EXPORT_META = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # new, old (schema 2.x) name
 _MPI_RANK_THREAD = re.compile(r"^MPI Rank (\d+)$")
 _CLOCK_SLACK_NS = 1_000_000_000
+_DRIVER_PREFIX = re.compile(r"^[A-Z_]+: Failed to [a-z ]+: ")  # ADBC's "IO: Failed to step query: "
 _LOOKUP_PREFIXES = ("ENUM_", "TARGET_INFO_", "META_DATA_", "EXPORT_META_DATA", "StringIds",
                     "ThreadNames", "PROCESSES", "ANALYSIS_", "ProcessStreams", "MPI_RANKS",
                     "NVTX_PAYLOAD_", "UnwindMethodType", "sqlite_")
@@ -66,11 +70,11 @@ class NsysReader:
                 source.display, "an Nsight Systems file inside an archive cannot be read "
                 "(SQLite needs a real file); extract it first")
         if source.path.endswith(REPORT_SUFFIX):
-            return _read_report(source)
-        return read_export(source.path, source.display)
+            return _read_report(source, threads)
+        return read_export(source.path, source.display, threads=threads)
 
 
-def _read_report(source: Source) -> list[RankData]:
+def _read_report(source: Source, threads: int) -> list[RankData]:
     """Export a ``.nsys-rep`` with ``nsys`` into a temporary directory, then read it."""
     exe = shutil.which("nsys")
     if exe is None:
@@ -88,11 +92,12 @@ def _read_report(source: Source) -> list[RankData]:
             detail = lines[-1].replace(tmp, "<tmp>") if lines else "no output"
             raise CorruptTraceError(
                 source.display, f"`nsys export` failed (exit {done.returncode}): {detail}")
-        return read_export(out, source.display)
+        return read_export(out, source.display, threads=threads)
 
 
-def read_export(path: str, display: str) -> list[RankData]:
-    """Read one ``nsys export -t sqlite`` file; ``display`` names it in messages."""
+def read_export(path: str, display: str, *, threads: int = 1) -> list[RankData]:
+    """Read one ``nsys export -t sqlite`` file; ``display`` names it in messages;
+    ``threads`` tables are read at a time."""
     with open(path, "rb") as fh:
         if fh.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
             raise UnsupportedFormatError(
@@ -103,14 +108,15 @@ def read_export(path: str, display: str) -> list[RankData]:
     except sqlite3.Error as exc:
         raise CorruptTraceError(display, f"cannot open SQLite file ({exc})") from exc
     try:
-        return _read(con, display)
-    except sqlite3.Error as exc:
-        raise CorruptTraceError(display, f"SQLite error ({exc})") from exc
+        return _read(con, uri, display, threads)
+    except (sqlite3.Error, DriverError, ReadError) as exc:
+        detail = _DRIVER_PREFIX.sub("", str(exc))
+        raise CorruptTraceError(display, f"SQLite error ({detail})") from exc
     finally:
         con.close()
 
 
-def _read(con: sqlite3.Connection, display: str) -> list[RankData]:
+def _read(con: sqlite3.Connection, uri: str, display: str, threads: int) -> list[RankData]:
     cat = Catalog(con, display)
     if "StringIds" not in cat.tables or not any(
         t.startswith(("TARGET_INFO_", "META_DATA_", "EXPORT_META_DATA")) for t in cat.tables
@@ -120,34 +126,34 @@ def _read(con: sqlite3.Connection, display: str) -> list[RankData]:
             "and TARGET_INFO_*/META_DATA_* tables)")
     meta = _export_meta(cat)
     session = _first_row(cat, "TARGET_INFO_SESSION_START_TIME")
-    loaded = nt.load(cat)
+    loaded = nl.load(cat, uri, threads)
     base_ns, clock, origin = _clock(session, loaded.min_time, display)
-    procs = nt.processes(con)
-    owners = _metric_owners(con, procs)
+    procs = nt.processes(loaded)
+    owners = _metric_owners(loaded, procs)
     if not procs and owners:
         procs = [-1]
     if not procs:
         warnings.warn(f"{display}: the export holds no events the reader knows",
                       DataQualityWarning, stacklevel=3)
         procs = [-1]
-    nt.number_tracks(con)
+    events = nt.sort_events(loaded, threads)
     host = _hostname(cat)
-    threads = _thread_names(cat)
-    ranks = _ranks(cat, threads)
+    thread_names = _thread_names(cat)
+    ranks = _ranks(cat, thread_names)
     names = _process_names(cat)
     shared = _shared_metadata(cat, display, meta, session, origin)
     out: list[RankData] = []
     for proc in sorted(procs, key=lambda p: (ranks.get(p, (None, ""))[0] is None,
                                              ranks.get(p, (0, ""))[0], p)):
         rank, rank_source = ranks.get(proc, (None, None))
-        info = nt.ProcessInfo(proc, host, threads.get(proc, {}),
+        info = nt.ProcessInfo(proc, host, thread_names.get(proc, {}),
                               sorted(d for d, o in owners.items() if o == proc))
-        tables = nt.build_process(con, info, base_ns)
-        tables["messages"] = nt.messages(con, proc, rank, base_ns, display) \
+        tables = nt.build_process(events, info, base_ns)
+        tables["messages"] = nt.messages(events, proc, rank, base_ns, display) \
             if loaded.has_p2p else _empty("messages")
         tables["flows"] = _empty("flows")
         process = {"globalPid": proc << 24 if proc >= 0 else None,
-                   "pid": proc & nt.PID_MASK if proc >= 0 else None, "name": names.get(proc)}
+                   "pid": proc & nl.PID_MASK if proc >= 0 else None, "name": names.get(proc)}
         domains = [d for d in loaded.domains if d["process"] == proc]
         tables["metadata"] = _metadata([*shared, ("process", process), ("nvtx_domains", domains)])
         out.append(RankData(tables=tables, source_format="nsys", rank=rank,
@@ -196,16 +202,12 @@ def _clock(session: dict[str, Any], min_time: int | None,
                   "offset_ns": 0}, origin
 
 
-def _metric_owners(con: sqlite3.Connection, procs: list[int]) -> dict[int, int]:
+def _metric_owners(loaded: nl.Loaded, procs: list[int]) -> dict[int, int]:
     """Device -> process that gets its GPU metrics counter track: the first process
     with activity on that device, else the first process."""
-    owners: dict[int, int] = {}
-    for (device,) in con.execute("SELECT DISTINCT device FROM temp.ta_gm ORDER BY 1"):
-        row = con.execute("SELECT min(proc) FROM temp.ta_ev WHERE kind = ? AND device = ?",
-                          (nt.STREAM, device)).fetchone()
-        owner = row[0] if row[0] is not None else (procs[0] if procs else -1)
-        owners[int(device)] = int(owner)
-    return owners
+    streams = nt.stream_owners(loaded)
+    fallback = procs[0] if procs else -1
+    return {device: streams.get(device, fallback) for device in nt.metric_devices(loaded)}
 
 
 def _hostname(cat: Catalog) -> str | None:
@@ -229,7 +231,7 @@ def _thread_names(cat: Catalog) -> dict[int, dict[int, str]]:
     for sql in sources:  # ThreadNames last: it wins
         for gtid, name in cat.con.execute(sql):
             if gtid is not None and name:
-                out.setdefault(int(gtid) >> 24, {})[int(gtid) & nt.PID_MASK] = str(name)
+                out.setdefault(int(gtid) >> 24, {})[int(gtid) & nl.PID_MASK] = str(name)
     return out
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from traceatlas.errors import DataQualityWarning
@@ -176,7 +176,7 @@ SYNC_LABELS: dict[int, str] = {
 }
 """CUPTI syncType -> label (ENUM_CUPTI_SYNC_TYPE), when the file has no enum table."""
 
-_JSON_PAIRS_PER_CALL = 40  # SQLite caps function arguments (default 127)
+_JSON_OBJECT_PAIRS = 60  # SQLite before 3.48 caps function arguments at 127
 
 
 def quote(name: str) -> str:
@@ -247,6 +247,8 @@ class Columns:
         self.spec = spec
         self.present = present
         self.catalog = catalog
+        # built here, with the catalog's connection: ``args`` may run in other threads
+        self._members = {c: self._arg_value(c) for c in self.arg_columns()}
 
     def has(self, col: str) -> bool:
         """True when the file has the column."""
@@ -262,34 +264,62 @@ class Columns:
             return "NULL"
         return f"(SELECT value FROM StringIds WHERE id = a.{quote(col)})"
 
-    def _arg_value(self, col: str) -> str:
+    def _arg_value(self, col: str) -> tuple[str, str]:
+        """(SQL value, SQL condition under which the member is left out)."""
         ref = f"a.{quote(col)}"
+        absent = f"{ref} IS NULL"
         if col in self.spec.strings:
-            return f"coalesce({self.string(col)}, {ref})"
+            return f"coalesce({self.string(col)}, {ref})", absent
         enum = self.spec.enums.get(col)
         if enum and self.catalog.has(enum) and {"id", "label"} <= set(
             self.catalog.columns(enum)
         ):
-            return f"coalesce((SELECT label FROM {quote(enum)} WHERE id = {ref}), {ref})"
+            return f"coalesce((SELECT label FROM {quote(enum)} WHERE id = {ref}), {ref})", absent
         if col == "jsonText":
-            return f"CASE WHEN json_valid({ref}) THEN json({ref}) ELSE {ref} END"
+            # as json_patch('{}', ...) merges it: null members of objects dropped, a JSON
+            # null left out
+            return (f"CASE WHEN json_valid({ref}) THEN json_patch('{{}}', json({ref})) "
+                    f"ELSE {ref} END",
+                    f"{ref} IS NULL OR CASE WHEN json_valid({ref}) THEN json_type({ref}) = 'null' "
+                    "ELSE 0 END")
         if self.present[col] in ("INTEGER", "TEXT", "REAL"):
-            return ref
-        return f"CASE typeof({ref}) WHEN 'blob' THEN hex({ref}) ELSE {ref} END"
+            return ref, absent
+        return f"CASE typeof({ref}) WHEN 'blob' THEN hex({ref}) ELSE {ref} END", absent
 
-    def args(self, extra: Iterable[tuple[str, str]] = ()) -> str:
+    def arg_columns(self) -> list[str]:
+        """The columns that go into ``args``."""
+        return [c for c in self.present if c not in self.spec.consumed]
+
+    def args(self, extra: Iterable[tuple[str, str]] = (),
+             non_null: Mapping[str, int] | None = None, rows: int = 0) -> str:
         """JSON object text of every column not mapped to a canonical column, plus
-        ``extra`` (key, SQL expression) pairs; null members are left out."""
-        pairs = [(c, self._arg_value(c)) for c in self.present if c not in self.spec.consumed]
-        pairs += list(extra)
-        if not pairs:
+        ``extra`` (key, SQL expression) pairs; null members are left out.
+
+        The text is what ``json_patch('{}', json_object(...))`` gives; SQLite builds it
+        faster by concatenating ``json_quote`` of each value present. ``non_null``
+        (column -> count of non-null values among the ``rows`` rows read) lets it skip
+        the columns null in every row and use one ``json_object`` when every member is
+        present in every row.
+        """
+        members: list[tuple[str, str, str | None]] = []  # key, value, "left out" test
+        for col in self.arg_columns():
+            value, null_test = self._members[col]
+            count = None if non_null is None else non_null.get(col)
+            if count == 0:
+                continue
+            always = count is not None and count == rows and col != "jsonText"
+            members.append((col, value, None if always else null_test))
+        members += [(k, v, f"({v}) IS NULL") for k, v in extra if v != "NULL"]
+        if not members:
             return "'{}'"
-        expr = "'{}'"
-        for i in range(0, len(pairs), _JSON_PAIRS_PER_CALL):
-            chunk = pairs[i:i + _JSON_PAIRS_PER_CALL]
-            body = ", ".join(f"{literal(k)}, {v}" for k, v in chunk)
-            expr = f"json_patch({expr}, json_object({body}))"
-        return expr
+        if all(a is None for _k, _v, a in members) and len(members) <= _JSON_OBJECT_PAIRS:
+            return f"json_object({', '.join(f'{literal(k)}, {v}' for k, v, _a in members)})"
+        parts = []
+        for key, value, absent in members:
+            member = f"',' || json_quote({literal(key)}) || ':' || json_quote({value})"
+            parts.append(member if absent is None else
+                         f"CASE WHEN {absent} THEN '' ELSE {member} END")
+        return f"('{{' || substr({' || '.join(parts)}, 2) || '}}')"
 
 
 def enum_labels(cat: Catalog, table: str,

@@ -1,0 +1,183 @@
+"""SQLite queries straight into Arrow for the nsys reader, through Apache Arrow's ADBC
+SQLite driver (``adbc-driver-sqlite``).
+
+The driver infers each result column's Arrow type from the values of the first batch,
+so every column a ``Shape`` selects is CAST to its SQL type, and a nullable text or
+real column travels as ``coalesce(value, '')`` plus an ``IS NULL`` flag (a column that
+is NULL throughout the first batch would otherwise be typed int64). Independent jobs
+run on their own read-only connections, in threads: the driver releases the GIL.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import adbc_driver_sqlite.dbapi as adbc
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from adbc_driver_sqlite import StatementOptions
+
+from traceatlas.io.nsys_schema import quote
+
+BATCH_ROWS = 1 << 18
+"""Rows per Arrow batch the driver returns (and looks at to infer column types)."""
+_NULL_FLAG = "__isnull_"
+_SQL_TYPES = {pa.int64(): "INTEGER", pa.string(): "TEXT", pa.float64(): "REAL"}
+_EMPTY = {pa.string(): "''", pa.float64(): "0.0"}
+DICT = pa.dictionary(pa.int32(), pa.string())
+"""Type of the text columns with few distinct values (read as dictionaries: cheaper to
+move around; the per-process tables decode them)."""
+
+
+def _plain(type_: pa.DataType) -> pa.DataType:
+    return type_.value_type if pa.types.is_dictionary(type_) else type_
+
+
+class ReadError(Exception):
+    """A query result the driver could not hand over (e.g. a damaged page)."""
+
+
+DriverError = adbc.Error
+"""Base class of the driver's DB-API errors (a failed read raises it or ``ReadError``)."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Column names and Arrow types (int64, float64, string, or ``DICT``) of one kind of
+    result; ``nullable`` lists the text or real columns that may hold NULL (integer
+    columns always may)."""
+
+    schema: pa.Schema
+    nullable: frozenset[str] = frozenset()
+
+    def select(self, exprs: Mapping[str, str], tail: str) -> tuple[str, dict[str, Any]]:
+        """(``SELECT <exprs, cast> <tail>``, the constant columns left out of it: SQLite
+        and the driver spend time on every column of every row). ``exprs`` maps every
+        column to SQL."""
+        parts: list[str] = []
+        constants: dict[str, Any] = {}
+        for fld in self.schema:
+            expr, plain = exprs[fld.name], _plain(fld.type)
+            sql_type = _SQL_TYPES[plain]
+            constant = _constant(expr)
+            if constant is not _NOT_CONSTANT:
+                constants[fld.name] = constant
+            elif fld.name in self.nullable:
+                parts.append(f"coalesce(CAST(({expr}) AS {sql_type}), {_EMPTY[plain]}) "
+                             f"AS {quote(fld.name)}")
+                parts.append(f"(({expr}) IS NULL) AS {quote(_NULL_FLAG + fld.name)}")
+            else:
+                parts.append(f"CAST(({expr}) AS {sql_type}) AS {quote(fld.name)}")
+        return f"SELECT {', '.join(parts or ['1 AS one'])} {tail}", constants
+
+    def decode(self, raw: pa.Table, constants: Mapping[str, Any]) -> pa.Table:
+        """The result of ``select`` with the schema's types, NULLs and constants."""
+        columns: list[pa.Array | pa.ChunkedArray] = []
+        n = raw.num_rows
+        for fld in self.schema:
+            plain = _plain(fld.type)
+            if fld.name in constants:
+                value = pa.scalar(constants[fld.name], plain)
+                if not value.is_valid:
+                    columns.append(pa.nulls(n, fld.type))
+                elif fld.type == DICT:
+                    columns.append(pa.DictionaryArray.from_arrays(
+                        pa.array(np.zeros(n, dtype=np.int32)), pa.array([value])))
+                else:
+                    columns.append(pa.repeat(value, n))
+                continue
+            col = raw.column(fld.name)
+            if col.type != plain:
+                col = col.cast(plain)
+            if fld.name in self.nullable:
+                flag = raw.column(_NULL_FLAG + fld.name)
+                col = pc.if_else(pc.not_equal(flag, 0), pa.scalar(None, plain), col)
+            columns.append(pc.dictionary_encode(col) if fld.type == DICT else col)
+        return pa.Table.from_arrays(columns, schema=self.schema)
+
+    def empty(self) -> pa.Table:
+        """A table of this shape without rows."""
+        return self.schema.empty_table()
+
+
+_NOT_CONSTANT = object()
+_STRING = re.compile(r"'(?:[^']|'')*'")
+_INTEGER = re.compile(r"-?\d+")
+
+
+def _constant(expr: str) -> Any:
+    """The value of a constant SQL expression (NULL, a string or an integer literal)."""
+    expr = expr.strip()
+    if expr == "NULL":
+        return None
+    if _STRING.fullmatch(expr):
+        return expr[1:-1].replace("''", "'")
+    if _INTEGER.fullmatch(expr):
+        return int(expr)
+    return _NOT_CONSTANT
+
+
+class Db:
+    """One read-only ADBC connection to an SQLite file (``uri``: a ``file:`` URI)."""
+
+    def __init__(self, uri: str) -> None:
+        self.con = adbc.connect(uri)
+
+    def arrow(self, sql: str) -> pa.Table:
+        """The result of ``sql`` as an Arrow table (types as the driver infers them)."""
+        with self.con.cursor() as cur:
+            cur.adbc_statement.set_options(
+                **{StatementOptions.BATCH_ROWS.value: str(BATCH_ROWS)})
+            try:
+                cur.execute(sql)
+                return cur.fetch_arrow_table()
+            except (OSError, pa.ArrowException) as exc:  # raised while streaming batches
+                raise ReadError(str(exc)) from exc
+
+    def fetch(self, shape: Shape, exprs: Mapping[str, str], tail: str) -> pa.Table:
+        """Rows of ``shape`` selected by ``exprs`` (column -> SQL) ``tail``."""
+        sql, constants = shape.select(exprs, tail)
+        return shape.decode(self.arrow(sql), constants)
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        """A small result as Python tuples."""
+        table = self.arrow(sql)
+        return list(zip(*(c.to_pylist() for c in table.columns), strict=True)) \
+            if table.num_columns else []
+
+    def execute(self, sql: str, rows: Sequence[Sequence[Any]] | None = None) -> None:
+        """Run a statement (once per row of ``rows`` when given, binding ``?``)."""
+        with self.con.cursor() as cur:
+            if rows is None:
+                cur.execute(sql)
+            elif rows:
+                cur.executemany(sql, rows)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.con.close()
+
+
+Job = Callable[[Db], dict[str, pa.Table]]
+"""Reads one part of the file on its own connection: result name -> table."""
+
+
+def run_jobs(uri: str, jobs: Mapping[str, Job], threads: int) -> dict[str, dict[str, pa.Table]]:
+    """Every job's results by job name; ``threads`` jobs at a time, started in order."""
+
+    def run(job: Job) -> dict[str, pa.Table]:
+        db = Db(uri)
+        try:
+            return job(db)
+        finally:
+            db.close()
+
+    if threads <= 1 or len(jobs) <= 1:
+        return {name: run(job) for name, job in jobs.items()}
+    with ThreadPoolExecutor(max_workers=min(threads, len(jobs))) as pool:
+        return dict(zip(jobs, pool.map(run, jobs.values()), strict=True))

@@ -1,0 +1,431 @@
+"""Nsight Systems export -> Arrow event tables (part of the nsys reader, ``nsys.py``).
+
+Each event table the reader understands is read by one SELECT (a ``Read``) that SQLite
+runs and the ADBC driver hands over as Arrow (``nsys_adbc.py``): StringIds names, enum
+labels, categories and the ``args`` JSON text are computed by SQLite, in the same SQL for
+every export version. With ``threads`` > 1 large tables are read in rowid ranges, on
+parallel connections, and put back together in rowid (= scan) order. The small lookup
+tables the SELECTs join (API names, NVTX domains, enum labels) are read once with
+``sqlite3`` and copied to each connection. The results: ``ev`` intervals (``EV``
+columns), ``mk`` NVTX marks, ``p2p`` MPI point-to-point calls, ``gm`` GPU metrics, all
+processes together.
+
+Processes are keyed by ``globalPid >> 24`` (= ``globalTid >> 24``); times stay as
+written here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sqlite3
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from traceatlas.errors import DataQualityWarning
+from traceatlas.io import nsys_schema as ns
+from traceatlas.io.nsys_adbc import DICT, Db, Job, Shape, run_jobs
+from traceatlas.io.nsys_schema import Catalog, Columns, literal, quote
+
+HOST, STREAM, DEVICE, COUNTER = "host_thread", "gpu_stream", "device", "counter"
+PID_MASK = 0xFFFFFF
+
+_API_VERSION = re.compile(r"_v\d+$")
+_DRIVER_API = re.compile(r"^cu[A-Z]")
+_DRIVER_EVENT_CLASS = 1  # ENUM_NSYS_EVENT_CLASS TRACE_PROCESS_EVENT_CUDA_DRIVER
+_GRID = ("gx", "gy", "gz", "bx", "by", "bz")
+_I, _S, _F = pa.int64(), pa.string(), pa.float64()
+
+EV = Shape(pa.schema([
+    ("proc", _I), ("tid", _I), ("kind", DICT), ("device", _I), ("stream", _I), ("start", _I),
+    ("end", _I), ("name", DICT), ("category", DICT), ("source_category", DICT),
+    ("correlation", _I), ("bytes", _I), *((g, _I) for g in _GRID), ("memcpy_kind", DICT),
+    ("args", _S),
+]), frozenset({"memcpy_kind"}))
+"""Intervals: process, thread (host rows) or device/stream, raw times, canonical values."""
+MK = Shape(pa.schema([("proc", _I), ("tid", _I), ("ts", _I), ("name", DICT), ("args", _S)]))
+"""NVTX marks."""
+P2P = Shape(pa.schema([("proc", _I), ("start", _I), ("end", _I), ("name", _S),
+                       ("remote", _I), ("bytes", _I), ("tag", _I), ("comm", _S)]),
+            frozenset({"name", "comm"}))
+"""MPI point-to-point calls."""
+GM = Shape(pa.schema([("ts", _I), ("device", _I), ("name", _S), ("value", _F)]),
+           frozenset({"value"}))
+"""GPU metrics samples."""
+
+NVTX_ROWS = Shape(pa.schema([*EV.schema, pa.field("eventType", _I)]), EV.nullable)
+"""NVTX ranges, marks and unknown rows, told apart by eventType after reading."""
+_PIECES_PER_THREAD = 3
+_MIN_PIECE_ROWS = 50_000
+_ROWID_NAMES = frozenset({"rowid", "_rowid_", "oid"})
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A temporary table created on a reading connection before its SELECT: the first
+    column is an INTEGER key (SQLite then indexes joins on it; an untyped one is
+    scanned for every row)."""
+
+    name: str
+    columns: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
+
+    def create(self, db: Db) -> None:
+        """Create and fill the table on ``db``."""
+        db.execute(f"CREATE TEMP TABLE {self.name} "
+                   f"({self.columns[0]} INTEGER, {', '.join(self.columns[1:])})")
+        db.execute(f"INSERT INTO temp.{self.name} VALUES "
+                   f"({', '.join('?' * len(self.columns))})", self.rows)
+
+
+@dataclass(frozen=True)
+class Read:
+    """One SELECT of ``shape`` over ``table`` (alias ``a``). With ``args`` set, the
+    ``args`` column is that table's JSON (plus the ``extra`` members), built after
+    counting the non-null values of its columns in the rows read."""
+
+    result: str
+    shape: Shape
+    table: str
+    exprs: dict[str, str]
+    joins: str = ""
+    where: str = ""
+    lookups: tuple[Lookup, ...] = ()
+    setup: tuple[str, ...] = ()
+    args: Columns | None = None
+    extra: tuple[tuple[str, str], ...] = ()
+
+    def job(self, rowids: tuple[int, int] | None) -> Job:
+        """Reads the rows (those with rowid in ``rowids``, inclusive, when given)."""
+        where = [self.where] if self.where else []
+        if rowids is not None:
+            where.append(f"a.rowid BETWEEN {rowids[0]} AND {rowids[1]}")
+        condition = f" WHERE {' AND '.join(where)}" if where else ""
+        tail = f"FROM {quote(self.table)} AS a {self.joins}{condition}"
+
+        def job(db: Db) -> dict[str, pa.Table]:
+            for lookup in self.lookups:
+                lookup.create(db)
+            for sql in self.setup:
+                db.execute(sql)
+            exprs = self.exprs
+            if self.args is not None:
+                exprs = {**exprs, "args": self._args(db, self.args, condition)}
+            return {self.result: db.fetch(self.shape, exprs, tail)}
+        return job
+
+    def _args(self, db: Db, cols: Columns, condition: str) -> str:
+        names = cols.arg_columns()
+        counts = db.rows("SELECT count(*)" + "".join(
+            f", count(a.{quote(c)})" for c in names) + f" FROM {quote(self.table)} AS a"
+            + condition)[0]
+        return cols.args(self.extra, dict(zip(names, counts[1:], strict=True)), counts[0])
+
+
+@dataclass
+class Loaded:
+    """Every event of the file the reader understands, plus what ``load`` found."""
+
+    ev: pa.Table = field(default_factory=EV.empty)
+    mk: pa.Table = field(default_factory=MK.empty)
+    p2p: pa.Table = field(default_factory=P2P.empty)
+    gm: pa.Table = field(default_factory=GM.empty)
+    domains: list[dict[str, Any]] = field(default_factory=list)
+    min_time: int | None = None
+    has_p2p: bool = False
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, DataQualityWarning, stacklevel=3)
+
+
+def load(cat: Catalog, uri: str, threads: int = 1) -> Loaded:
+    """Read every event the reader understands (``uri``: the file, read-only;
+    ``threads`` connections at a time)."""
+    loaded = Loaded()
+    reads = [*_device_reads(cat), *_runtime_reads(cat)]
+    mpi_tables = [spec for spec in ns.MPI_TABLES if cat.has(spec.name)]
+    reads += _nvtx_reads(cat, loaded, mpi_as_nvtx=bool(mpi_tables))
+    for spec, category in ((ns.OSRT, "osrt"), *((s, "mpi") for s in ns.MPI_TABLES)):
+        cols = cat.check(spec)
+        if cols is not None:
+            name_col = "nameId" if spec is ns.OSRT else "textId"
+            reads.append(_host_read(cols, cols.string(name_col), literal(category)))
+            if spec is ns.MPI_P2P:
+                reads.append(_p2p_read(cols))
+                loaded.has_p2p = True
+    reads += _gpu_metrics_reads(cat)
+    parts = _read_all(cat, uri, reads, threads)
+    for name, shape in (("ev", EV), ("mk", MK), ("p2p", P2P), ("gm", GM), ("nvtx", NVTX_ROWS)):
+        parts[name] = [pa.concat_tables(parts[name]) if parts.get(name) else shape.empty()]
+    ev, mk = _split_nvtx(cat, parts["nvtx"][0])
+    loaded.ev = _clip_ends(pa.concat_tables([*parts["ev"], ev]), cat.display)
+    loaded.mk = pa.concat_tables([*parts["mk"], mk])
+    loaded.p2p, loaded.gm = parts["p2p"][0], parts["gm"][0]
+    times = [pc.min(t[c]).as_py() for t, c in ((loaded.ev, "start"), (loaded.mk, "ts"),
+                                               (loaded.gm, "ts"))]
+    known = [t for t in times if t is not None]
+    loaded.min_time = min(known) if known else None
+    return loaded
+
+
+def _read_all(cat: Catalog, uri: str, reads: list[Read],
+              threads: int) -> dict[str, list[pa.Table]]:
+    """Run the reads (large tables in rowid ranges when ``threads`` > 1, the largest
+    pieces first): result name -> tables, in the order of ``reads`` and rowids."""
+    pieces: list[tuple[int, Read, tuple[int, int] | None]] = []
+    spans = {r.table: _rowid_span(cat, r.table) if threads > 1 else None for r in reads}
+    total = sum(hi - lo + 1 for lo, hi in (s for s in spans.values() if s is not None))
+    size = max(_MIN_PIECE_ROWS, math.ceil(total / (threads * _PIECES_PER_THREAD)))
+    for read in reads:
+        span = spans[read.table]
+        if span is None:
+            pieces.append((0, read, None))
+            continue
+        lo, hi = span
+        for start in range(lo, hi + 1, size):
+            pieces.append((min(size, hi + 1 - start), read, (start, min(start + size - 1, hi))))
+    order = sorted(range(len(pieces)), key=lambda i: -pieces[i][0])
+    results = run_jobs(uri, {str(i): pieces[i][1].job(pieces[i][2]) for i in order}, threads)
+    out: dict[str, list[pa.Table]] = {}
+    for i, (_size, read, _rowids) in enumerate(pieces):
+        out.setdefault(read.result, []).append(results[str(i)][read.result])
+    return out
+
+
+def _rowid_span(cat: Catalog, table: str) -> tuple[int, int] | None:
+    """(min, max) rowid of a table that has rowids, None otherwise or when empty."""
+    if {c.lower() for c in cat.columns(table)} & _ROWID_NAMES:
+        return None
+    try:
+        lo, hi = cat.con.execute(  # two subqueries: each is one b-tree seek
+            f"SELECT (SELECT min(rowid) FROM {quote(table)}), "
+            f"(SELECT max(rowid) FROM {quote(table)})").fetchone()
+    except sqlite3.Error:  # a WITHOUT ROWID table
+        return None
+    return (int(lo), int(hi)) if isinstance(lo, int) and isinstance(hi, int) else None
+
+
+def _device_read(c: Columns, kind: str, name: str, category: str, joins: str = "",
+                 memcpy_kind: str = "NULL", bytes_: str = "NULL", grid: bool = False,
+                 device: str = "", lookups: tuple[Lookup, ...] = (),
+                 setup: tuple[str, ...] = ()) -> Read:
+    geometry = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
+    exprs = {
+        "proc": "coalesce(a.globalPid >> 24, -1)", "tid": "NULL", "kind": f"'{kind}'",
+        "device": f"coalesce({device or c.col('deviceId')}, -1)",
+        "stream": f"coalesce({c.col('streamId')}, -1)", "start": "a.start",
+        "end": 'a."end"', "name": name, "category": f"'{category}'",
+        "source_category": literal(c.spec.name), "correlation": c.col("correlationId"),
+        "bytes": bytes_, "memcpy_kind": memcpy_kind, "args": "",
+    }
+    for short, column in zip(_GRID, geometry, strict=True):
+        exprs[short] = c.col(column) if grid else "NULL"
+    return Read("ev", EV, c.spec.name, exprs, joins, lookups=lookups, setup=setup, args=c)
+
+
+def _device_reads(cat: Catalog) -> list[Read]:
+    reads: list[Read] = []
+    kernel = cat.check(ns.KERNEL)
+    if kernel is not None:
+        name_expr = ", ".join(
+            [kernel.string(c) for c in ("demangledName", "shortName", "mangledName")]
+            + (["CASE typeof(a.name) WHEN 'integer' THEN (SELECT value FROM StringIds "
+                "WHERE id = a.name) ELSE a.name END"] if kernel.has("name") else [])
+        )
+        reads.append(_device_read(kernel, STREAM, f"coalesce({name_expr}, '')", "kernel",
+                                  grid=True))
+    memcpy = cat.check(ns.MEMCPY)
+    if memcpy is not None:
+        kinds = ns.enum_labels(cat, "ENUM_CUDA_MEMCPY_OPER", ns.MEMCPY_LABELS)
+        rows = [(code, label, ns.memcpy_short(code, name))
+                for code, (name, label) in kinds.items()]
+        reads.append(_device_read(
+            memcpy, STREAM,
+            "'[CUDA memcpy ' || coalesce(k.label, 'kind ' || a.copyKind, 'Unknown') || ']'",
+            "memcpy", "LEFT JOIN temp.ta_copykind AS k ON k.id = " + memcpy.col("copyKind"),
+            memcpy_kind="k.short", bytes_=memcpy.col("bytes"),
+            lookups=(Lookup("ta_copykind", ("id", "label", "short"), rows),)))
+    memset = cat.check(ns.MEMSET)
+    if memset is not None:
+        reads.append(_device_read(memset, STREAM, "'[CUDA memset]'", "memset",
+                                  bytes_=memset.col("bytes")))
+    sync = cat.check(ns.SYNC)
+    if sync is not None:
+        reads.append(_sync_read(cat, sync))
+    return reads
+
+
+def _sync_read(cat: Catalog, sync: Columns) -> Read:
+    labels = ns.enum_labels(cat, "ENUM_CUPTI_SYNC_TYPE", ns.SYNC_LABELS)
+    types = Lookup("ta_synctype", ("id", "label"), [(k, v[1]) for k, v in labels.items()])
+    join = "LEFT JOIN temp.ta_synctype AS y ON y.id = " + sync.col("syncType")
+    device = ""
+    contexts = _context_devices(cat) if sync.has("contextId") else None
+    if contexts is not None:
+        join += (" LEFT JOIN temp.ta_ctx AS x ON x.proc = a.globalPid >> 24 "
+                 "AND x.ctx = a.contextId")
+        device = f"coalesce(x.device, {sync.col('deviceId')})"
+    return _device_read(sync, DEVICE, "coalesce(y.label, 'Synchronization')", "sync", join,
+                        device=device, lookups=(types,),
+                        setup=(contexts,) if contexts is not None else ())
+
+
+def _context_devices(cat: Catalog) -> str | None:
+    """SQL creating ``ta_ctx``: (process, contextId) -> device, from kernel/memcpy/memset
+    rows. The real exports write SYNCHRONIZATION.deviceId = 0 for every row (the default
+    value), also for the process whose context and streams are on device 1."""
+    parts = [f"SELECT globalPid >> 24 AS proc, contextId AS ctx, deviceId AS device FROM "
+             f"{spec.name}" for spec in (ns.KERNEL, ns.MEMCPY, ns.MEMSET)
+             if cat.has(spec.name)
+             and {"globalPid", "contextId", "deviceId"} <= set(cat.columns(spec.name))]
+    if not parts:
+        return None
+    return ("CREATE TEMP TABLE ta_ctx AS SELECT proc, ctx, min(device) AS device "
+            f"FROM ({' UNION '.join(parts)}) GROUP BY 1, 2")
+
+
+def _host_exprs(c: Columns, name: str, category: str) -> dict[str, str]:
+    exprs = {
+        "proc": "coalesce(a.globalTid >> 24, -1)", "tid": "coalesce(a.globalTid & 16777215, -1)",
+        "kind": f"'{HOST}'", "device": "NULL", "stream": "NULL", "start": "a.start",
+        "end": 'a."end"', "name": f"coalesce({name}, '')", "category": category,
+        "source_category": literal(c.spec.name), "correlation": c.col("correlationId"),
+        "bytes": "NULL", "memcpy_kind": "NULL", "args": "",
+    }
+    exprs.update({g: "NULL" for g in _GRID})
+    return exprs
+
+
+def _host_read(c: Columns, name: str, category: str, joins: str = "",
+               lookups: tuple[Lookup, ...] = ()) -> Read:
+    return Read("ev", EV, c.spec.name, _host_exprs(c, name, category), joins,
+                lookups=lookups, args=c)
+
+
+def _runtime_reads(cat: Catalog) -> list[Read]:
+    """CUDA runtime and driver calls; names without the ``_v<version>`` suffix (the full
+    name stays in args.nameId)."""
+    runtime = cat.check(ns.RUNTIME)
+    if runtime is None:
+        return []
+    rows: list[tuple[Any, ...]] = []
+    if runtime.has("nameId"):
+        for name_id, value in cat.con.execute(
+            "SELECT DISTINCT a.nameId, s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME AS a "
+            "LEFT JOIN StringIds AS s ON s.id = a.nameId"
+        ):
+            text = str(value) if value is not None else ""
+            rows.append((name_id, _API_VERSION.sub("", text), int(bool(_DRIVER_API.match(text)))))
+    join = "LEFT JOIN temp.ta_api AS f ON f.id = " + runtime.col("nameId")
+    category = (f"CASE WHEN {runtime.col('eventClass')} = {_DRIVER_EVENT_CLASS} "
+                "OR f.driver = 1 THEN 'driver' ELSE 'runtime' END")
+    return [_host_read(runtime, "f.name", category, join,
+                       (Lookup("ta_api", ("id", "name", "driver"), rows),))]
+
+
+def _nvtx_reads(cat: Catalog, loaded: Loaded, *, mpi_as_nvtx: bool) -> list[Read]:
+    """NVTX ranges, marks and rows of unknown type of every domain in one pass (told
+    apart by ``_split_nvtx``); fills ``loaded.domains``.
+
+    A range in the domain named ``MPI`` (how nsys traced MPI before the MPI_* tables)
+    is category ``mpi`` unless the file also has MPI_* tables.
+    """
+    nvtx = cat.check(ns.NVTX)
+    if nvtx is None:
+        return []
+    codes = ns.nvtx_codes(cat)
+    text = f"coalesce(a.text, {nvtx.string('textId')})"
+    lookups: tuple[Lookup, ...] = ()
+    join, domain, category = "", "NULL", "'nvtx'"
+    if nvtx.has("domainId"):
+        rows = cat.con.execute(
+            "SELECT a.globalTid >> 24 AS proc, a.domainId, "
+            f"min({text}) AS name FROM NVTX_EVENTS AS a "
+            f"WHERE a.eventType = {codes['NvtxDomainCreate']} GROUP BY 1, 2 ORDER BY 1, 2"
+        ).fetchall()
+        loaded.domains = [{"process": p, "domainId": d, "name": n} for p, d, n in rows]
+        if any(n is not None for _p, _d, n in rows):  # else the domain is always NULL
+            lookups = (Lookup("ta_domain", ("proc", "domainId", "name"), rows),)
+            join = ("LEFT JOIN temp.ta_domain AS d ON d.proc = a.globalTid >> 24 "
+                    "AND d.domainId = a.domainId")
+            domain = "d.name"
+            if not mpi_as_nvtx and any(n == "MPI" for _p, _d, n in rows):
+                category = f"CASE WHEN {domain} = 'MPI' THEN 'mpi' ELSE 'nvtx' END"
+    exprs = _host_exprs(nvtx, text, category)
+    not_events = ", ".join(str(codes[k]) for k in ns.NVTX_NOT_EVENTS)
+    return [Read("nvtx", NVTX_ROWS, ns.NVTX.name, {**exprs, "eventType": "a.eventType"},
+                 join, f"a.eventType NOT IN ({not_events})", lookups, args=nvtx,
+                 extra=(("domain", domain),))]
+
+
+def _split_nvtx(cat: Catalog, rows: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """(ranges, marks) of the NVTX rows; warns about the rows of other types."""
+    codes = ns.nvtx_codes(cat)
+    is_range = pc.is_in(rows["eventType"], pa.array([codes[k] for k in ns.NVTX_RANGES], _I))
+    is_mark = pc.is_in(rows["eventType"], pa.array([codes[k] for k in ns.NVTX_MARKS], _I))
+    other = pc.invert(pc.or_(is_range, is_mark))
+    if pc.any(other).as_py():
+        unread = pa.table({"eventType": rows["eventType"].filter(other)}).group_by(
+            "eventType").aggregate([("eventType", "count")]).sort_by("eventType")
+        for event_type, count in zip(*(c.to_pylist() for c in unread.columns), strict=True):
+            _warn(f"{cat.display}: {count} NVTX_EVENTS row(s) of eventType {event_type} "
+                  "not read (not a range or a mark)")
+    ranges = rows if pc.all(is_range).as_py() else rows.filter(is_range)
+    marks = rows.filter(is_mark)
+    return (ranges.drop_columns(["eventType"]),
+            pa.table({"proc": marks["proc"], "tid": marks["tid"], "ts": marks["start"],
+                      "name": marks["name"], "args": marks["args"]}))
+
+
+def _p2p_read(c: Columns) -> Read:
+    comm = next((c.col(n) for n in ("commHandle", "communicator") if c.has(n)), "NULL")
+    exprs = {"proc": "coalesce(a.globalTid >> 24, -1)", "start": "a.start", "end": 'a."end"',
+             "name": c.string("textId"), "remote": c.col("remoteRank"),
+             "bytes": c.col("size"), "tag": c.col("tag"), "comm": f"CAST({comm} AS TEXT)"}
+    return Read("p2p", P2P, ns.MPI_P2P.name, exprs)
+
+
+def _gpu_metrics_reads(cat: Catalog) -> list[Read]:
+    gm = cat.check(ns.GPU_METRICS)
+    if gm is None:
+        return []
+    info = "TARGET_INFO_GPU_METRICS"
+    name, join = "NULL", ""
+    if cat.has(info) and {"metricId", "metricName"} <= set(cat.columns(info)):
+        on = "i.metricId = a.metricId"
+        if "typeId" in cat.columns(info):
+            on += " AND i.typeId = a.typeId"
+        join = (f"LEFT JOIN (SELECT * FROM {info} GROUP BY "
+                f"{'typeId, ' if 'typeId' in cat.columns(info) else ''}metricId) AS i ON {on}")
+        name = "i.metricName"
+    exprs = {"ts": "a.timestamp", "device": "a.typeId & 255",
+             "name": f"coalesce({name}, 'metric ' || a.metricId)", "value": gm.col("value")}
+    return [Read("gm", GM, ns.GPU_METRICS.name, exprs, join)]
+
+
+def _clip_ends(ev: pa.Table, display: str) -> pa.Table:
+    """Rows without a start are skipped (with a warning); intervals without an end or
+    ending before they start get zero duration (with a warning)."""
+    no_start = pc.is_null(ev["start"])
+    if pc.any(no_start).as_py():
+        _count_warn(ev, no_start, display, "without a start time skipped")
+        ev = ev.filter(pc.invert(no_start))
+    bad_end = pc.fill_null(pc.or_kleene(pc.is_null(ev["end"]),
+                                        pc.less(ev["end"], ev["start"])), False)
+    if pc.any(bad_end).as_py():
+        _count_warn(ev, bad_end, display,
+                    "without an end or ending before their start; kept with zero duration")
+        index = ev.schema.get_field_index("end")
+        ev = ev.set_column(index, "end", pc.if_else(bad_end, ev["start"], ev["end"]))
+    return ev
+
+
+def _count_warn(ev: pa.Table, mask: pa.ChunkedArray, display: str, what: str) -> None:
+    counts = pc.value_counts(pc.filter(ev["source_category"], mask).cast(_S).combine_chunks())
+    for item in sorted(counts.to_pylist(), key=lambda c: str(c["values"])):
+        _warn(f"{display}: {item['counts']} {item['values']} row(s) {what}")
