@@ -77,11 +77,13 @@ class Idle:
         import polars as pl
 
         threshold = int(params["kernel_wait_ns"])
-        gaps = idle_gaps(trace, threshold)
-        device = _device_work(trace)
+        # One scan of the store; every query below runs on these two in-memory frames.
+        device_df, launch_df = pl.collect_all([_device_work(trace), launches(trace)])
+        device, launch = device_df.lazy(), launch_df.lazy()
+        gaps = idle_gaps(trace, threshold, device=device, launch=launch)
         per_cat = [pl.col("gap_ns").filter(pl.col("category") == c).sum().alias(f"{c}_ns")
                    for c in CATEGORIES]
-        linked = device.join(launches(trace), on=["rank", "correlation"], how="semi")
+        linked = device.join(launch, on=["rank", "correlation"], how="semi")
         launch_known = linked.select("rank").unique().with_columns(matched=pl.lit(True))
         table = (
             device.group_by(KEYS).agg(
@@ -107,7 +109,7 @@ class Idle:
             .sort(*KEYS, "category")
         )
         unmatched = (device.join(launch_known, on="rank", how="semi")
-                     .join(launches(trace), on=["rank", "correlation"], how="anti")
+                     .join(launch, on=["rank", "correlation"], how="anti")
                      .select(pl.len()))
         table_df, stats_df, unmatched_df = pl.collect_all([table, stats, unmatched])
         return Result(table_df, extra={"stats": stats_df},
@@ -135,15 +137,23 @@ def launches(trace: Trace) -> pl.LazyFrame:
     )
 
 
-def idle_gaps(trace: Trace, kernel_wait_ns: int) -> pl.LazyFrame:
+def idle_gaps(
+    trace: Trace,
+    kernel_wait_ns: int,
+    *,
+    device: pl.LazyFrame | None = None,
+    launch: pl.LazyFrame | None = None,
+) -> pl.LazyFrame:
     """One row per idle interval (gap > 0 ns) on a stream: ``rank, device, stream,
     start_ns`` (the activity after the gap), ``prev_end_ns``, ``gap_ns``, ``launch_ns``
-    (null without a matched launch) and ``category``."""
+    (null without a matched launch) and ``category``. ``device``/``launch``: frames
+    already read (``_device_work``, ``launches``), to avoid scanning the store again."""
     import polars as pl
 
     ordered = (
-        _device_work(trace)
-        .join(launches(trace), on=["rank", "correlation"], how="left")
+        (device if device is not None else _device_work(trace))
+        .join(launch if launch is not None else launches(trace),
+              on=["rank", "correlation"], how="left")
         .sort(*KEYS, "start_ns", "end_ns")
         .with_columns(prev_end_ns=pl.col("end_ns").cum_max().shift(1).over(KEYS))
         .with_columns(gap_ns=pl.col("start_ns") - pl.col("prev_end_ns"))

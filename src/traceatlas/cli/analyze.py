@@ -54,7 +54,7 @@ def analyze_command(
         frame = result.extra[table]
     for note in result.notes:
         output.stderr.print(f"[dim]note[/dim]: {note}", highlight=False)
-    output.print_frame(output.humanize(frame) if fmt == "table" else frame, fmt)
+    output.print_frame(frame, fmt, human=True)
 
 
 @app.command("analyses")

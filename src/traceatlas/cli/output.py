@@ -53,13 +53,25 @@ def progress(label: str) -> Iterator[Callable[[int, int], None] | None]:
         yield update
 
 
-def print_frame(frame: pl.DataFrame, fmt: str) -> None:
-    """Print a frame as a rich table, CSV, or a JSON array of row objects."""
+TABLE_ROWS = 200
+"""Rows a terminal table shows at most; machine formats print every row."""
+
+
+def print_frame(frame: pl.DataFrame, fmt: str, *, human: bool = False) -> None:
+    """Print a frame as a rich table, CSV, or a JSON array of row objects.
+
+    ``human``: durations humanised in the table format (see ``humanize``)."""
     if fmt == "csv":
         sys.stdout.write(frame.write_csv())
     elif fmt == "json":
         sys.stdout.write(frame.write_json() + "\n")
     else:
+        if frame.height > TABLE_ROWS:
+            stderr.print(f"[dim]note[/dim]: showing {TABLE_ROWS:,} of {frame.height:,} rows "
+                         "(--format csv or json prints them all)", highlight=False)
+            frame = frame.head(TABLE_ROWS)
+        if human:
+            frame = humanize(frame)
         table = Table(show_lines=False)
         for name in frame.columns:
             table.add_column(name, overflow="fold")
