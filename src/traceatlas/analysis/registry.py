@@ -35,6 +35,8 @@ ANALYSES: Mapping[str, str] = {
     "mpi_collectives": "traceatlas.analysis.mpi_collectives:MpiCollectives",
     "mpi_wait": "traceatlas.analysis.mpi_wait:MpiWait",
     "phases": "traceatlas.analysis.phases:Phases",
+    "efficiency": "traceatlas.analysis.efficiency:Efficiency",
+    "advisor": "traceatlas.analysis.advisor:Advisor",
 }
 """Analysis name -> ``module:Class``; imported lazily."""
 

@@ -1,0 +1,48 @@
+"""Ranked findings: rules over the analysis results, each finding with the time it costs.
+
+>>> import traceatlas
+>>> from traceatlas import advisor
+>>> for f in advisor.advise(traceatlas.open("run.tastore")):  # doctest: +SKIP
+...     print(f.cost_ns, f.statement)
+
+Rules live one per module (``registry.RULES``); ``efficiency`` sets POP severities.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from traceatlas.advisor.base import POP_THRESHOLD, Context, Finding
+from traceatlas.advisor.registry import RULES, get_rule
+
+if TYPE_CHECKING:
+    from traceatlas.model.trace import Trace
+
+__all__ = ["POP_THRESHOLD", "RULES", "Context", "Finding", "advise", "rank_findings"]
+
+
+def advise(trace: Trace, *, path: str = "PATH", min_cost_pct: float = 0.0,
+           rules: list[str] | None = None, context: Context | None = None) -> list[Finding]:
+    """Every rule's findings on ``trace`` plus low-efficiency findings, ranked by cost.
+
+    ``min_cost_pct`` drops findings costing less than that percent of the trace duration.
+    ``context`` (optional) collects the notes of skipped rules and caches results.
+    """
+    from traceatlas.advisor import efficiency
+
+    ctx = context if context is not None else Context(trace, path)
+    order = list(rules if rules is not None else RULES)
+    findings: list[Finding] = []
+    for name in order:
+        findings.extend(get_rule(name)(ctx))
+    findings.extend(efficiency.apply(ctx, findings))
+    floor = min_cost_pct / 100 * ctx.span_ns
+    return rank_findings([f for f in findings if f.cost_ns >= floor and f.cost_ns > 0],
+                         order)
+
+
+def rank_findings(findings: list[Finding], order: list[str] | None = None) -> list[Finding]:
+    """Sorted by cost (ns) descending; ties: high severity first, then rule order."""
+    position = {name: i for i, name in enumerate(order or RULES)}
+    return sorted(findings, key=lambda f: (-f.cost_ns, f.severity != "high",
+                                           position.get(f.rule, len(position))))

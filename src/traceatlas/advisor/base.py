@@ -1,0 +1,172 @@
+"""What a rule returns (``Finding``) and what it reads (``Context``: the trace and the
+analysis results it needs, computed on first use and cached)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from traceatlas.errors import MissingDataError
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from traceatlas.analysis.base import Result
+    from traceatlas.model.trace import Trace
+
+POP_THRESHOLD = 0.8
+"""POP practice: an efficiency below this deserves attention (severity ``high``)."""
+
+
+@dataclass
+class Finding:
+    """One problem found in the trace and the time it costs.
+
+    ``statement``: one line in plain words with the user's names (kernels, annotations,
+    ranks); ``cost_ns``: the time it costs (ns; each rule documents its definition);
+    ``evidence``: numbers, ranks and time window behind it; ``next_step``: what to look
+    at or try; ``command``: the traceatlas command that zooms in. ``metric``: the POP
+    efficiency metric the finding explains (``efficiency`` analysis names), and
+    ``efficiency`` the rule's own estimate of it (0..1) when it has one; the advisor
+    sets ``severity`` to ``high`` when the efficiency (the ``efficiency`` analysis'
+    value when available, else this estimate) is below ``POP_THRESHOLD``.
+    """
+
+    rule: str
+    statement: str
+    cost_ns: int
+    evidence: str
+    next_step: str
+    command: str
+    metric: str | None = None
+    efficiency: float | None = None
+    severity: str = "info"
+
+
+@dataclass
+class Context:
+    """The trace plus lazily computed, cached analysis results for the rules.
+
+    ``path`` is written into the suggested commands (the user's trace or store path).
+    ``notes`` collects why rules were skipped (missing data).
+    """
+
+    trace: Trace
+    path: str = "PATH"
+    notes: list[str] = field(default_factory=list)
+    _results: dict[tuple[str, tuple[tuple[str, Any], ...]], Result | None] = field(
+        default_factory=dict, repr=False)
+    _requirements: dict[str, bool] = field(default_factory=dict, repr=False)
+    _efficiency: dict[str, float] | None = field(default=None, repr=False)
+    parents: dict[str, str | None] = field(default_factory=dict, repr=False)
+    """Efficiency metric -> its parent in the efficiency tree (filled with ``efficiency``)."""
+    _span: tuple[int, int] | None = field(default=None, repr=False)
+
+    def result(self, name: str, **params: Any) -> Result | None:
+        """The analysis ``name`` run with ``params``, or None when the trace lacks its
+        data (MissingDataError) or the analysis is not registered."""
+        from traceatlas.analysis import registry
+
+        key = (name, tuple(sorted(params.items())))
+        if key not in self._results:
+            if name not in registry.ANALYSES:
+                self._results[key] = None
+            else:
+                try:
+                    self._results[key] = registry.run(name, self.trace, params)
+                except MissingDataError as err:
+                    why = str(err).split(". Analyses that apply", 1)[0]
+                    why = why if why.startswith(name) else f"{name}: {why}"
+                    self.notes.append(f"skipped: {why}")
+                    self._results[key] = None
+        return self._results[key]
+
+    def has(self, requirement: str) -> bool:
+        """Whether the trace meets ``requirements.REQUIREMENTS[requirement]``."""
+        from traceatlas.analysis.requirements import REQUIREMENTS
+
+        if requirement not in self._requirements:
+            self._requirements[requirement] = REQUIREMENTS[requirement].check(self.trace)
+        return self._requirements[requirement]
+
+    @property
+    def efficiency(self) -> dict[str, float]:
+        """Run-scope POP metrics (metric -> value) from the ``efficiency`` analysis; empty
+        when it is not registered or cannot run on this trace."""
+        if self._efficiency is None:
+            self._efficiency = {}
+            try:
+                result = self.result("efficiency")
+            except Exception as err:  # the advisor works without it (written concurrently)
+                self.notes.append(f"efficiency analysis failed, severities are the rules' "
+                                  f"own estimates: {type(err).__name__}: {err}")
+                result = None
+            if result is not None and {"metric", "value"} <= set(result.table.columns):
+                table = result.table
+                if "scope" in table.columns:
+                    table = table.filter(table["scope"] == "run")
+                parents = (table["parent"].to_list() if "parent" in table.columns
+                           else [None] * table.height)
+                for metric, value, parent in zip(table["metric"], table["value"], parents,
+                                                 strict=True):
+                    if value is not None and metric not in self._efficiency:
+                        self._efficiency[str(metric)] = float(value)
+                        self.parents[str(metric)] = None if parent is None else str(parent)
+        return self._efficiency
+
+    @property
+    def window(self) -> tuple[int, int]:
+        """First start and last end (ns) over all intervals of the trace."""
+        if self._span is None:
+            import polars as pl
+
+            row = self.trace.intervals.select(pl.col("start_ns").min(),
+                                              pl.col("end_ns").max()).collect().row(0)
+            self._span = (int(row[0] or 0), int(row[1] or 0))
+        return self._span
+
+    @property
+    def span_ns(self) -> int:
+        """Trace duration (ns): last interval end - first interval start."""
+        start, end = self.window
+        return max(end - start, 0)
+
+    def when(self, start_ns: int, end_ns: int) -> str:
+        """``start_ns``..``end_ns`` as seconds from the trace start, e.g. ``0.120-1.500 s``."""
+        t0 = self.window[0]
+        return f"{(start_ns - t0) / 1e9:.3f}-{(end_ns - t0) / 1e9:.3f} s"
+
+    def command(self, analysis: str, *options: str) -> str:
+        """``traceatlas analyze ANALYSIS PATH OPTIONS...``."""
+        return " ".join(("traceatlas analyze", analysis, self.path, *options))
+
+
+def fmt_ns(ns: float) -> str:
+    """A duration in readable units: ``1.25 s``, ``12.3 ms``, ``450 us``, ``80 ns``."""
+    value = abs(ns)
+    if value >= 1e9:
+        return f"{ns / 1e9:.3g} s"
+    if value >= 1e6:
+        return f"{ns / 1e6:.3g} ms"
+    if value >= 1e3:
+        return f"{ns / 1e3:.3g} us"
+    return f"{ns:.0f} ns"
+
+
+def short_name(name: str, limit: int = 60) -> str:
+    """A kernel or region name cut to ``limit`` characters (C++ signatures are long)."""
+    return name if len(name) <= limit else name[: limit - 3] + "..."
+
+
+def per_rank_sum(frame: pl.DataFrame, column: str) -> dict[int, int]:
+    """Sum of ``column`` per ``rank`` (nulls count 0), as {rank: int}."""
+    import polars as pl
+
+    grouped = frame.group_by("rank").agg(pl.col(column).fill_null(0).sum()).sort("rank")
+    return {int(r): int(v) for r, v in grouped.iter_rows()}
+
+
+def heaviest(values: dict[int, int]) -> tuple[int, int]:
+    """(rank, value) with the largest value; the lowest rank on a tie."""
+    rank = min(values, key=lambda r: (-values[r], r))
+    return rank, values[rank]

@@ -1,0 +1,97 @@
+"""Rule ``memcpy_stream``: memory copies on a compute stream, not hidden by kernels.
+
+A *compute stream* runs compute kernels (``breakdown`` by stream: ``compute_ns`` > 0); a
+copy or memset there blocks the kernels queued behind it. Per rank and device: M =
+the memcpy/memset intervals on its compute streams, K = its kernels and communication
+kernels (any stream); exposed = |M or K| - |K| (unions): time the device spends on those
+copies with no kernel running anywhere on it.
+
+Trigger: exposed > 0 on some rank.
+Cost (ns): exposed, summed over the rank's devices; the largest over the ranks.
+Statement: "Memory copies stall the compute stream: on rank R, NAME on stream S leaves the
+GPU doing nothing but copies for X".
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from traceatlas.advisor.base import Context, Finding, fmt_ns, heaviest, per_rank_sum, short_name
+from traceatlas.ops.unions import union_ns
+
+if TYPE_CHECKING:
+    import polars as pl
+
+NAME = "memcpy_stream"
+
+
+def check(ctx: Context) -> list[Finding]:
+    """One finding for the rank whose compute-stream copies cost the most."""
+    import polars as pl
+
+    by_stream = ctx.result("breakdown", by="stream")
+    by_device = ctx.result("breakdown")
+    if by_stream is None or by_device is None:
+        return []
+    streams = by_stream.table.filter((pl.col("compute_ns") > 0) & (pl.col("memory_ns") > 0))
+    if streams.height == 0:
+        return []
+    on_stream = per_rank_sum(streams, "memory_ns")
+    cost = _exposed(ctx, streams.select("rank", "device", "stream"))
+    if not cost or max(cost.values()) <= 0:
+        return []
+    rank, worst = heaviest(cost)
+    mine = streams.filter(pl.col("rank") == rank)
+    names = (ctx.trace.intervals
+             .filter((pl.col("rank") == rank)
+                     & pl.col("category").cast(pl.String).is_in(("memcpy", "memset"))
+                     & pl.col("stream").is_in(mine["stream"].to_list()))
+             .group_by(pl.col("name").cast(pl.String), "stream")
+             .agg(pl.col("dur_ns").sum(), pl.len().alias("n"))
+             .sort("dur_ns", "name", descending=[True, False]).collect())
+    top, stream = (str(names["name"][0]), int(names["stream"][0])) if names.height else (
+        "memory copies", int(mine["stream"][0]))
+    span = per_rank_sum(by_device.table, "span_ns").get(rank, 0)
+    return [Finding(
+        rule=NAME,
+        statement=(f"Memory copies stall the compute stream: on rank {rank}, "
+                   f"{short_name(top)} on stream {stream} leaves the GPU doing nothing but "
+                   f"copies for {fmt_ns(worst)}"),
+        cost_ns=worst,
+        evidence=(f"rank {rank}: copies/memsets on compute streams "
+                  f"{fmt_ns(on_stream[rank])}, of which with no kernel running on the "
+                  f"device {fmt_ns(worst)}; largest: "
+                  + ", ".join(f"{short_name(n, 40)} (stream {s}) {fmt_ns(d)} x{c}"
+                              for n, s, d, c in names.head(3).rows())
+                  + f"; window {ctx.when(*ctx.window)}"),
+        next_step=("Move copies off the compute stream: pinned host memory with "
+                   "non_blocking=True on a side stream, prefetch the next batch, or keep "
+                   "the data on the GPU."),
+        command=ctx.command("breakdown", "--ranks", str(rank), "-p", "by=stream"),
+        metric="device_communication_efficiency",
+        efficiency=1 - worst / span if span else None,
+    )]
+
+
+def _exposed(ctx: Context, streams: pl.DataFrame) -> dict[int, int]:
+    """Per rank: |M or K| - |K| summed over devices, M = memcpy/memset rows on the
+    compute ``streams``, K = kernels and communication kernels of the device (ns)."""
+    import polars as pl
+
+    cat = pl.col("category").cast(pl.String)
+    rows = ctx.trace.intervals.filter(cat.is_in(("kernel", "comm_kernel", "memcpy",
+                                                 "memset"))).select(
+        "rank", pl.col("device").fill_null(-1).cast(pl.Int64),
+        pl.col("stream").fill_null(-1).cast(pl.Int64), cat.alias("category"), "start_ns",
+        "end_ns")
+    kernels = rows.filter(pl.col("category").is_in(("kernel", "comm_kernel")))
+    memory = rows.filter(pl.col("category").is_in(("memcpy", "memset"))).join(
+        streams.lazy().with_columns(pl.col("device").cast(pl.Int64),
+                                    pl.col("stream").cast(pl.Int64)),
+        on=["rank", "device", "stream"], how="semi")
+    keys = ["rank", "device"]
+    both = union_ns(pl.concat([kernels, memory]), keys, "mk")
+    only_k = union_ns(kernels, keys, "k")
+    frame = (both.join(only_k, on=keys, how="left")
+             .with_columns(exposed=pl.col("mk") - pl.col("k").fill_null(0)).collect())
+    return per_rank_sum(frame, "exposed")

@@ -1,0 +1,59 @@
+"""``advisor``: ranked findings, each with the time it costs and what to do next.
+
+Rules (``traceatlas.advisor``, one module per rule, each documenting its trigger, cost
+definition and statement) run over the other analyses' results; rules whose data is
+missing produce nothing (a note says which analyses could not run). POP practice: a
+finding whose efficiency (the ``efficiency`` analysis, or the rule's own estimate) is
+below 0.8 is ``high`` severity, and each efficiency below 0.8 that no rule explains gets
+its own finding.
+
+Main table, one row per finding, ranked by cost: ``rank`` (1 = costliest), ``rule``,
+``statement`` (one line with the trace's own kernel, region and rank names),
+``cost_ns`` (time it costs, ns; the rule's definition), ``evidence`` (numbers, ranks,
+time window in seconds from the trace start), ``next_step``, ``command`` (the traceatlas
+command that zooms in), ``severity`` (``high`` | ``info``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from traceatlas.analysis.base import Param, Result
+
+if TYPE_CHECKING:
+    from traceatlas.model.trace import Trace
+
+
+
+class Advisor:
+    """Ranked findings (load imbalance, exposed communication, host wait, ...)."""
+
+    name = "advisor"
+    description = "Ranked findings: what costs time, the evidence, and what to try next"
+    params = (
+        Param("top", int, 10, "keep the N costliest findings; 0 = all"),
+        Param("path", str, "PATH", "trace path written into the suggested commands"),
+        Param("min_cost_pct", float, 1.0, "drop findings costing less than this percent "
+              "of the trace duration"),
+    )
+    requires = ("intervals",)
+
+    def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """Run every rule, rank by cost, keep ``top``."""
+        import polars as pl
+
+        from traceatlas.advisor import Context, advise
+
+        ctx = Context(trace, str(params["path"]))
+        findings = advise(trace, min_cost_pct=float(params["min_cost_pct"]), context=ctx)
+        top = int(params["top"])
+        if top > 0:
+            findings = findings[:top]
+        rows = [(i + 1, f.rule, f.statement, f.cost_ns, f.evidence, f.next_step, f.command,
+                 f.severity) for i, f in enumerate(findings)]
+        schema = {"rank": pl.Int64, "rule": pl.String, "statement": pl.String,
+                  "cost_ns": pl.Int64, "evidence": pl.String, "next_step": pl.String,
+                  "command": pl.String, "severity": pl.String}
+        table = pl.DataFrame(rows, schema=schema, orient="row")
+        return Result(table, notes=list(ctx.notes))

@@ -1,0 +1,493 @@
+"""``efficiency``: the POP efficiency model, host side and device side, for the whole run
+or one region. Formulas: ``formats-and-models.md`` A (host) and B.2 (device). All times
+are integer ns; efficiencies are fractions in [0, 1].
+
+Region (param ``region``) and runtime ``T``:
+
+- ``""`` (whole run): every rank's window is [first interval start, last interval end]
+  over all ranks and tracks; ``T`` = its length.
+- ``step:N``: the window is from the earliest to the latest end of step N over the ranks
+  (``Trace.select(step=N)`` spans); ``window:START:END``: the select syntax (relative to
+  the trace start, or ``@`` epoch ns; an open side is the trace's first/last time).
+  Intervals are CLIPPED to the window (not just kept when they overlap); ``T`` = window
+  length.
+- ``annotation:REGEX``: per rank, the union of the spans of the user annotations whose
+  name matches (categories annotation, nvtx, region; regex search) is that rank's
+  window; ``T`` = the largest such union over the ranks. No ideal replay (the windows
+  differ per rank): serialisation and transfer efficiency are left out.
+
+Host side (host-thread tracks). Useful time of a thread:
+
+- Paraver traces with states: the thread's state Running (state value 1).
+- Otherwise: the time covered by the thread's intervals (union) minus the time inside
+  the parallel runtimes: category ``mpi``; category ``sync``; ``runtime``/``driver``
+  calls whose name contains ``Synchronize`` (blocking device-runtime calls, e.g.
+  cudaDeviceSynchronize, cudaStreamSynchronize, hipDeviceSynchronize); ``openmp``
+  intervals whose name is a synchronisation construct (barrier, wait, lock, flush,
+  taskgroup). Time outside any recorded interval is not useful (an idle OpenMP worker).
+
+``U_p`` (process useful) = time at least one thread of rank p is useful. Host ranks: the
+ranks with at least one host-thread interval. ``host_load_balance`` = mean_p U_p /
+max_p U_p; ``host_communication_efficiency`` = max_p U_p / T; ``host_parallel_efficiency``
+= their product (= mean U / T). With MPI calls and a single window:
+``host_transfer_efficiency`` = T^ideal / T and ``host_serialisation_efficiency`` =
+max_p U_p / T^ideal from ``traceatlas.ops.replay`` (bursts = time outside MPI), so that
+CommE = SerE x TE exactly.
+
+Hybrid split (when OpenMP intervals or Paraver states exist and a rank has 2+ threads;
+A.3 multiplicative model): per thread U_{p,t}; ``host_hybrid_parallel_efficiency`` =
+mean_{p,t} U / T (= hybrid LB x hybrid CommE); MPI level from OutMPI_p = T_p - (MPI
+union of rank p): ``host_mpi_load_balance`` = mean/max OutMPI, ``host_mpi_communication_
+efficiency`` = max OutMPI / T, ``host_mpi_parallel_efficiency`` = product; OpenMP level =
+hybrid / MPI for LB, CommE and PE.
+
+``device_offload_efficiency`` (host side, GPU codes; TALP v1 formula, A.3): on each
+rank's main host thread (the thread with the most covered time), active = covered time
+outside MPI, G = time in device-runtime calls (runtime, driver, sync); DOE = sum_p
+(active - G) / sum_p active.
+
+Device side (B.2; per physical device = (rank, device); streams flattened): Useful_d =
+union of compute kernels (category ``kernel``; with ``nccl_useful=true`` also
+``comm_kernel``, TALP's convention; default nsys2prv's: NCCL kernels and memcpy/memset are
+communication); Active_d = union of kernels, comm kernels, memcpy, memset; comm =
+Active - Useful (data movement not overlapped by useful kernels); idle = T - Active.
+``device_load_balance`` = sum U / (N max U); ``device_communication_efficiency`` = max U
+/ max Active; ``device_orchestration_efficiency`` = max Active / T;
+``device_parallel_efficiency`` = their product (= sum U / (N T)). Devices: every (rank,
+device) with device work anywhere in the trace (idle in the region counts as 0).
+Host and device global efficiencies are never multiplied together.
+
+Main table: scope, side, metric, value, parent (parent metric in the tree; null for a
+root), level (0 = root). Raw inputs are rows named ``*_ns`` (parent null, level 0).
+Extra tables: ``per_rank`` (scope, side, rank, device, useful_ns, comm_ns, idle_ns,
+active_ns, runtime_ns; host comm = MPI time, idle = T_p - useful - comm, active = useful
++ comm), ``per_thread`` (rank, track_id, useful_ns).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from traceatlas.analysis.base import Param, Result
+from traceatlas.analysis.requirements import DEVICE_WORK
+from traceatlas.errors import InputError
+from traceatlas.ops.unions import union_segments
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from traceatlas.model.trace import Trace
+
+OMP_SYNC = r"(?i)(barrier|wait|lock|flush|taskgroup)"
+"""OpenMP constructs counted as runtime time (not useful)."""
+SYNC_CALL = r"(?i)synchronize"
+"""Runtime/driver calls counted as blocking (not useful)."""
+ANNOTATION_CATEGORIES = ("annotation", "nvtx", "region")
+RUNNING = '"state": 1}'
+"""Paraver state Running in the reader's ``args`` text (``{"cpu": c, "state": 1}``)."""
+
+
+@dataclass(frozen=True)
+class Region:
+    """Where the model applies: per-rank segments, runtime T (ns), one window or None."""
+
+    scope: str
+    segments: pl.DataFrame          # rank, start_ns, end_ns (disjoint per rank)
+    runtime_ns: int
+    window: tuple[int, int] | None  # the same window on every rank (replay possible)
+
+
+@dataclass
+class Rows:
+    """Main-table rows being built."""
+
+    scope: str
+    rows: list[dict[str, Any]]
+
+    def add(self, side: str, metric: str, value: float | None, parent: str | None = None,
+            level: int = 0) -> None:
+        self.rows.append({"scope": self.scope, "side": side, "metric": metric,
+                          "value": None if value is None else float(value),
+                          "parent": parent, "level": level})
+
+
+class Efficiency:
+    """POP efficiency model: host (MPI, OpenMP, GPU host) and device trees."""
+
+    name = "efficiency"
+    description = ("POP efficiency model: host load balance, communication, serialisation, "
+                   "transfer; device load balance, communication, orchestration")
+    params = (
+        Param("region", str, "", "whole run (empty), step:N, annotation:REGEX or "
+              "window:START:END (select syntax, e.g. window:1.5s:2s)"),
+        Param("nccl_useful", bool, False, "count NCCL/comm kernels as useful device time "
+              "(TALP convention); default false: communication (nsys2prv convention)"),
+    )
+    requires = ("intervals",)
+
+    def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """Efficiency rows; extra tables per_rank and per_thread."""
+        import polars as pl
+
+        region = resolve_region(trace, str(params.get("region", "")))
+        view = trace if region.window is None or region.scope == "run" else trace.select(
+            window=region.window)
+        rows = Rows(region.scope, [])
+        notes: list[str] = []
+        per_rank: list[pl.DataFrame] = []
+        per_thread = _host(trace, view, region, rows, notes, per_rank)
+        _device(trace, view, region, bool(params.get("nccl_useful", False)), rows, notes,
+                per_rank)
+        table = pl.DataFrame(rows.rows, schema={
+            "scope": pl.String, "side": pl.String, "metric": pl.String,
+            "value": pl.Float64, "parent": pl.String, "level": pl.Int64})
+        ranks = pl.concat(per_rank, how="diagonal_relaxed") if per_rank else pl.DataFrame()
+        return Result(table, extra={"per_rank": ranks, "per_thread": per_thread},
+                      notes=notes)
+
+
+# -- regions ------------------------------------------------------------------------------
+
+def resolve_region(trace: Trace, text: str) -> Region:
+    """Parse ``region`` (see the module docstring) into per-rank segments and T."""
+    import polars as pl
+
+    from traceatlas.ops import select as sel
+
+    t0, t1 = _span(trace)
+    kind, _, arg = text.partition(":")
+    kind = kind.strip()
+    if kind == "":
+        return _same(trace, "run", t0, t1)
+    if kind == "step":
+        try:
+            step = int(arg)
+        except ValueError:
+            raise InputError("--param region", f"bad step {arg!r} (use step:N)") from None
+        spans = sel.step_spans(trace, step)
+        return _same(trace, f"step {step}", min(s for _, s, _ in spans),
+                     max(e for _, _, e in spans))
+    if kind == "window":
+        spec = sel.parse_window(arg, "--param region")
+        lo, hi = spec.resolve(sel.trace_start_ns(trace))
+        return _same(trace, "window", t0 if lo is None else lo, t1 if hi is None else hi)
+    if kind == "annotation":
+        sel.check_regex(arg, "--param region")
+        hits = trace.intervals.filter(
+            pl.col("category").cast(pl.String).is_in(ANNOTATION_CATEGORIES)
+            & pl.col("name").cast(pl.String).str.contains(arg))
+        segments = union_segments(hits, ["rank"]).sort("rank", "start_ns").collect()
+        if segments.height == 0:
+            raise InputError("--param region", f"no annotation matches {arg!r}")
+        total = (segments.group_by("rank").agg((pl.col("end_ns") - pl.col("start_ns")).sum()
+                                               .alias("t"))["t"].max())
+        return Region(f"annotation {arg}", segments, int(total), None)  # type: ignore[arg-type]
+    raise InputError("--param region", f"bad region {text!r} (use step:N, annotation:REGEX "
+                     "or window:START:END)")
+
+
+def _span(trace: Trace) -> tuple[int, int]:
+    import polars as pl
+
+    row = trace.intervals.select(pl.col("start_ns").min(), pl.col("end_ns").max()).collect()
+    lo, hi = row.row(0)
+    return (int(lo or 0), int(hi or 0))
+
+
+def _same(trace: Trace, scope: str, lo: int, hi: int) -> Region:
+    import polars as pl
+
+    if hi < lo:
+        raise InputError("--param region", f"empty window [{lo}, {hi}] ns")
+    ranks = trace.ranks
+    segments = pl.DataFrame({"rank": ranks, "start_ns": [lo] * len(ranks),
+                             "end_ns": [hi] * len(ranks)},
+                            schema={"rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64})
+    return Region(scope, segments, hi - lo, (lo, hi))
+
+
+def clip(frame: pl.LazyFrame, region: Region) -> pl.LazyFrame:
+    """``frame``'s intervals (start_ns, end_ns, rank, ...) cut to the region's segments;
+    empty pieces dropped."""
+    import polars as pl
+
+    if region.window is not None:
+        lo, hi = region.window
+        return frame.with_columns(pl.col("start_ns").clip(lo, hi),
+                                  pl.col("end_ns").clip(lo, hi)).filter(
+            pl.col("end_ns") > pl.col("start_ns"))
+    seg = region.segments.lazy().select(
+        pl.col("rank").cast(pl.Int32), pl.col("start_ns").alias("_lo"),
+        pl.col("end_ns").alias("_hi"))
+    return (
+        frame.with_columns(pl.col("rank").cast(pl.Int32)).join(seg, on="rank")
+        .filter((pl.col("start_ns") < pl.col("_hi")) & (pl.col("end_ns") > pl.col("_lo")))
+        .with_columns(pl.max_horizontal("start_ns", "_lo").alias("start_ns"),
+                      pl.min_horizontal("end_ns", "_hi").alias("end_ns"))
+        .drop("_lo", "_hi")
+    )
+
+
+def _lengths(frame: pl.LazyFrame, keys: list[str], region: Region, name: str
+             ) -> pl.LazyFrame:
+    """Union length per group of ``frame`` inside the region (union, then clip)."""
+    import polars as pl
+
+    segments = clip(union_segments(frame, keys), region)
+    return segments.group_by(keys).agg((pl.col("end_ns") - pl.col("start_ns")).sum()
+                                       .alias(name))
+
+
+def _rank_runtime(region: Region) -> dict[int, int]:
+    import polars as pl
+
+    frame = region.segments.group_by("rank").agg(
+        (pl.col("end_ns") - pl.col("start_ns")).sum().alias("t"))
+    return {int(r): int(t) for r, t in frame.iter_rows()}
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def _mul(*values: float | None) -> float | None:
+    out = 1.0
+    for v in values:
+        if v is None:
+            return None
+        out *= v
+    return out
+
+
+# -- host side ------------------------------------------------------------------------------
+
+def _host(trace: Trace, view: Trace, region: Region, rows: Rows, notes: list[str],
+          per_rank: list[pl.DataFrame]) -> pl.DataFrame:
+    """Host rows; returns the per_thread table."""
+    import polars as pl
+
+    keys = ["rank", "track_id"]
+    host_tracks = trace.tracks.filter(pl.col("kind").cast(pl.String) == "host_thread") \
+        .select(pl.col("rank").cast(pl.Int32), pl.col("track_id").cast(pl.Int32))
+    threads = (trace.intervals.select(pl.col("rank").cast(pl.Int32),
+                                      pl.col("track_id").cast(pl.Int32)).unique()
+               .join(host_tracks, on=keys, how="semi").collect())
+    empty = pl.DataFrame(schema={"rank": pl.Int32, "track_id": pl.Int32,
+                                 "useful_ns": pl.Int64})
+    if threads.height == 0:
+        return empty
+    cat = pl.col("category").cast(pl.String)
+    name = pl.col("name").cast(pl.String)
+    iv = (view.intervals.with_columns(pl.col("rank").cast(pl.Int32),
+                                      pl.col("track_id").cast(pl.Int32))
+          .join(host_tracks, on=keys, how="semi")
+          .select(*keys, "start_ns", "end_ns", cat.alias("cat"), name.alias("name"),
+                  pl.col("args")))
+    state_ranks = set(trace.intervals.filter(cat == "state").select("rank").unique()
+                      .collect()["rank"].to_list())
+    has_state = pl.col("rank").is_in(list(state_ranks))
+    covered = iv.filter(pl.when(has_state).then(
+        (pl.col("cat") == "state") & pl.col("args").str.contains(RUNNING, literal=True))
+        .otherwise(pl.col("cat") != "state"))
+    runtime = (pl.col("cat").is_in(("mpi", "sync"))
+               | (pl.col("cat").is_in(("runtime", "driver")) & pl.col("name").str.contains(
+                   SYNC_CALL))
+               | ((pl.col("cat") == "openmp") & pl.col("name").str.contains(OMP_SYNC)))
+    not_useful = iv.filter(~has_state & (pl.col("cat") != "state") & runtime)
+    c_seg = clip(union_segments(covered, keys), region)
+    n_seg = clip(union_segments(not_useful, keys), region)
+    # Threads useful at once per rank: +1/-1 over covered segments, -1/+1 over runtime
+    # segments (runtime time is inside the thread's covered time).
+    events = pl.concat([
+        c_seg.select("rank", pl.col("start_ns").alias("ts"), pl.lit(1).alias("d")),
+        c_seg.select("rank", pl.col("end_ns").alias("ts"), pl.lit(-1).alias("d")),
+        n_seg.select("rank", pl.col("start_ns").alias("ts"), pl.lit(-1).alias("d")),
+        n_seg.select("rank", pl.col("end_ns").alias("ts"), pl.lit(1).alias("d")),
+    ])
+    level = (events.group_by("rank", "ts").agg(pl.col("d").sum()).sort("rank", "ts")
+             .with_columns(level=pl.col("d").cum_sum().over("rank"),
+                           nxt=pl.col("ts").shift(-1).over("rank")))
+    proc = (level.filter((pl.col("level") > 0) & pl.col("nxt").is_not_null())
+            .group_by("rank").agg((pl.col("nxt") - pl.col("ts")).sum().alias("useful_ns")))
+
+    def total(frame: pl.LazyFrame, name: str) -> pl.LazyFrame:
+        return frame.group_by(keys).agg((pl.col("end_ns") - pl.col("start_ns")).sum()
+                                        .alias(name))
+
+    mpi_iv = iv.filter(pl.col("cat") == "mpi")
+    gpu_iv = iv.filter(pl.col("cat").is_in(("runtime", "driver", "sync")))
+    thread = threads.lazy()
+    for part in (total(c_seg, "covered_ns"), total(n_seg, "runtime_ns"),
+                 _lengths(mpi_iv, keys, region, "mpi_ns"),
+                 _lengths(gpu_iv, keys, region, "gpu_ns")):
+        thread = thread.join(part, on=keys, how="left")
+    per_t = (thread.with_columns(pl.exclude(keys).fill_null(0))
+             .with_columns(useful_ns=pl.col("covered_ns") - pl.col("runtime_ns"))
+             .sort(keys).collect())
+    ranks = sorted(set(per_t["rank"].to_list()))
+    proc_u = dict(proc.collect().iter_rows())
+    rank_mpi = dict(_lengths(mpi_iv, ["rank"], region, "m").collect().iter_rows())
+    t_rank = _rank_runtime(region)
+    useful = [int(proc_u.get(r, 0)) for r in ranks]
+    T = region.runtime_ns
+    mean_u, max_u = sum(useful) / len(useful), max(useful)
+    lb, comm_e = _ratio(mean_u, max_u), _ratio(max_u, T)
+    rows.add("host", "host_parallel_efficiency", _mul(lb, comm_e))
+    rows.add("host", "host_load_balance", lb, "host_parallel_efficiency", 1)
+    rows.add("host", "host_communication_efficiency", comm_e, "host_parallel_efficiency", 1)
+    _replay_rows(trace, view, region, ranks, max_u, rows, notes)
+    _hybrid_rows(per_t, ranks, rank_mpi, t_rank, T, bool(state_ranks)
+                 or _has(view, "openmp"), rows)
+    _offload_rows(per_t, rows)
+    rows.add("host", "host_runtime_ns", T)
+    rows.add("host", "host_useful_mean_ns", mean_u)
+    rows.add("host", "host_useful_max_ns", max_u)
+    comm = [int(rank_mpi.get(r, 0)) for r in ranks]
+    per_rank.append(pl.DataFrame({
+        "scope": [region.scope] * len(ranks), "side": ["host"] * len(ranks),
+        "rank": ranks, "device": [None] * len(ranks), "useful_ns": useful, "comm_ns": comm,
+        "idle_ns": [max(0, t_rank.get(r, T) - u - c) for r, u, c in zip(ranks, useful, comm,
+                                                                      strict=True)],
+        "active_ns": [u + c for u, c in zip(useful, comm, strict=True)],
+        "runtime_ns": [t_rank.get(r, T) for r in ranks],
+    }, schema_overrides={"device": pl.Int32, "rank": pl.Int32}))
+    return per_t.select(*keys, "useful_ns")
+
+
+def _has(view: Trace, category: str) -> bool:
+    import polars as pl
+
+    return bool(view.intervals.filter(pl.col("category").cast(pl.String) == category)
+                .select("rank").head(1).collect().height)
+
+
+def _replay_rows(trace: Trace, view: Trace, region: Region, ranks: list[int], max_u: int,
+                 rows: Rows, notes: list[str]) -> None:
+    """Serialisation and transfer efficiency from the ideal-network replay."""
+    import polars as pl
+
+    from traceatlas.ops.replay import ideal_replay
+
+    if not _has(view, "mpi"):
+        return
+    if region.window is None:
+        notes.append("serialisation/transfer efficiency not computed for annotation "
+                     "regions (per-rank windows differ; no common replay window)")
+        return
+    host_tracks = trace.tracks.filter(pl.col("kind").cast(pl.String) == "host_thread") \
+        .select(pl.col("rank").cast(pl.Int32), pl.col("track_id").cast(pl.Int32))
+    mpi = (view.intervals.filter(pl.col("category").cast(pl.String) == "mpi")
+           .with_columns(pl.col("rank").cast(pl.Int32), pl.col("track_id").cast(pl.Int32))
+           .join(host_tracks, on=["rank", "track_id"], how="semi")
+           .select("rank", "start_ns", "end_ns", "name", "collective", "process_group")
+           .collect())
+    messages = view.messages.select("src_rank", "dst_rank", "send_start_ns",
+                                    "recv_end_ns").collect()
+    rep = ideal_replay(mpi, messages, ranks, region.window)
+    T = region.runtime_ns
+    ser, te = _ratio(max_u, rep.ideal_runtime_ns), _ratio(rep.ideal_runtime_ns, T)
+    rows.add("host", "host_serialisation_efficiency", ser, "host_communication_efficiency", 2)
+    rows.add("host", "host_transfer_efficiency", te, "host_communication_efficiency", 2)
+    rows.add("host", "host_ideal_runtime_ns", rep.ideal_runtime_ns)
+    notes.append(f"ideal-network replay: {rep.blocks} MPI blocks, {rep.messages} messages, "
+                 f"{rep.collective_instances} collective instances; T^ideal "
+                 f"{rep.ideal_runtime_ns} ns of T {T} ns")
+    if rep.messages_unplaced:
+        notes.append(f"{rep.messages_unplaced} messages end outside any MPI call of the "
+                     "receiver: not used as replay dependencies")
+
+
+def _hybrid_rows(per_t: pl.DataFrame, ranks: list[int], rank_mpi: dict[int, int],
+                 t_rank: dict[int, int], T: int, threaded: bool, rows: Rows) -> None:
+    """A.3 multiplicative hybrid split (MPI level x OpenMP/thread level)."""
+    import polars as pl
+
+    counts = per_t.group_by("rank").agg(pl.len().alias("n"))["n"]
+    if not threaded or counts.max() is None or int(counts.max()) < 2:  # type: ignore[arg-type]
+        return
+    u = [int(v) for v in per_t["useful_ns"].to_list()]
+    h_lb, h_ce = _ratio(sum(u) / len(u), max(u)), _ratio(max(u), T)
+    out_mpi = [t_rank.get(r, T) - int(rank_mpi.get(r, 0)) for r in ranks]
+    m_lb, m_ce = _ratio(sum(out_mpi) / len(out_mpi), max(out_mpi)), _ratio(max(out_mpi), T)
+    h_pe, m_pe = _mul(h_lb, h_ce), _mul(m_lb, m_ce)
+    o_lb = None if h_lb is None or not m_lb else h_lb / m_lb
+    o_ce = None if h_ce is None or not m_ce else h_ce / m_ce
+    root = "host_hybrid_parallel_efficiency"
+    rows.add("host", root, h_pe)
+    rows.add("host", "host_hybrid_load_balance", h_lb, root, 1)
+    rows.add("host", "host_hybrid_communication_efficiency", h_ce, root, 1)
+    rows.add("host", "host_mpi_parallel_efficiency", m_pe, root, 1)
+    rows.add("host", "host_mpi_load_balance", m_lb, "host_mpi_parallel_efficiency", 2)
+    rows.add("host", "host_mpi_communication_efficiency", m_ce,
+             "host_mpi_parallel_efficiency", 2)
+    rows.add("host", "host_openmp_parallel_efficiency", _mul(o_lb, o_ce), root, 1)
+    rows.add("host", "host_openmp_load_balance", o_lb, "host_openmp_parallel_efficiency", 2)
+    rows.add("host", "host_openmp_communication_efficiency", o_ce,
+             "host_openmp_parallel_efficiency", 2)
+
+
+def _offload_rows(per_t: pl.DataFrame, rows: Rows) -> None:
+    """Device offload efficiency (TALP v1) on each rank's main host thread."""
+    if per_t["gpu_ns"].sum() == 0:
+        return
+    main = (per_t.sort(["rank", "covered_ns", "track_id"], descending=[False, True, False])
+            .group_by("rank", maintain_order=True).first())
+    active = (main["covered_ns"] - main["mpi_ns"]).clip(lower_bound=0)
+    gpu = main["gpu_ns"].zip_with(main["gpu_ns"] < active, active)
+    total = int(active.sum())
+    rows.add("host", "device_offload_efficiency",
+             _ratio(total - int(gpu.sum()), total))
+
+
+# -- device side ----------------------------------------------------------------------------
+
+def _device(trace: Trace, view: Trace, region: Region, nccl_useful: bool, rows: Rows,
+            notes: list[str], per_rank: list[pl.DataFrame]) -> None:
+    """Device rows (B.2) over every (rank, device) with device work."""
+    import polars as pl
+
+    keys = ["rank", "device"]
+    cat = pl.col("category").cast(pl.String)
+    devices = (trace.intervals.filter(cat.is_in(DEVICE_WORK))
+               .select(pl.col("rank").cast(pl.Int32),
+                       pl.col("device").fill_null(-1).cast(pl.Int32)).unique()
+               .sort(keys).collect())
+    if devices.height == 0:
+        return
+    work = view.intervals.filter(cat.is_in(DEVICE_WORK)).select(
+        pl.col("rank").cast(pl.Int32), pl.col("device").fill_null(-1).cast(pl.Int32),
+        cat.alias("cat"), "start_ns", "end_ns")
+    useful_cats = ("kernel", "comm_kernel") if nccl_useful else ("kernel",)
+    table = devices.lazy()
+    for part in (_lengths(work.filter(pl.col("cat").is_in(useful_cats)), keys, region,
+                          "useful_ns"),
+                 _lengths(work, keys, region, "active_ns")):
+        table = table.join(part, on=keys, how="left")
+    per = table.with_columns(pl.col("useful_ns", "active_ns").fill_null(0)).sort(keys) \
+        .collect()
+    T = region.runtime_ns
+    u = [int(v) for v in per["useful_ns"].to_list()]
+    a = [int(v) for v in per["active_ns"].to_list()]
+    n = len(u)
+    lb = _ratio(sum(u), n * max(u))
+    ce = _ratio(max(u), max(a))
+    oe = _ratio(max(a), T)
+    rows.add("device", "device_parallel_efficiency", _mul(lb, ce, oe))
+    rows.add("device", "device_load_balance", lb, "device_parallel_efficiency", 1)
+    rows.add("device", "device_communication_efficiency", ce, "device_parallel_efficiency", 1)
+    rows.add("device", "device_orchestration_efficiency", oe, "device_parallel_efficiency", 1)
+    rows.add("device", "device_runtime_ns", T)
+    rows.add("device", "device_useful_max_ns", max(u))
+    rows.add("device", "device_active_max_ns", max(a))
+    rows.add("device", "device_count", n)
+    notes.append("device useful = compute kernels" + (" and NCCL/comm kernels (TALP)"
+                 if nccl_useful else " only; NCCL kernels and memcpy/memset count as "
+                 "communication (nsys2prv convention)"))
+    per_rank.append(per.with_columns(
+        scope=pl.lit(region.scope), side=pl.lit("device"),
+        comm_ns=pl.col("active_ns") - pl.col("useful_ns"),
+        idle_ns=pl.lit(T, pl.Int64) - pl.col("active_ns"), runtime_ns=pl.lit(T, pl.Int64),
+    ).select("scope", "side", "rank", "device", "useful_ns", "comm_ns", "idle_ns",
+             "active_ns", "runtime_ns"))

@@ -1,0 +1,72 @@
+"""The advisor on real traces: DLRM (8 ranks, Kineto), an Nsight Systems export and the
+Pipit OTF2 ping-pong run without error and give findings ranked by cost; a few facts of
+the findings are checked against plain counts of the inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+import traceatlas
+from traceatlas import analysis
+from traceatlas.cli.main import app
+
+pytestmark = pytest.mark.realtrace
+
+COLUMNS = ["rank", "rule", "statement", "cost_ns", "evidence", "next_step", "command",
+           "severity"]
+TRACES = {
+    "dlrm": "param-et_replay/dlrm_kineto.tar.gz",
+    "nsys": "nsys-ai/h100_2gpu_1s.sqlite",
+    "pingpong": "pipit/ping-pong-otf2",
+}
+
+
+@pytest.fixture(scope="module", params=sorted(TRACES))
+def trace(request: pytest.FixtureRequest, traces_dir: Path,
+          tmp_path_factory: pytest.TempPathFactory) -> tuple[str, traceatlas.Trace]:
+    name = str(request.param)
+    out = tmp_path_factory.mktemp(name) / "store"
+    return name, traceatlas.open(traceatlas.ingest(traces_dir / TRACES[name], out))
+
+
+def test_ranked_findings(trace: tuple[str, traceatlas.Trace]) -> None:
+    name, t = trace
+    table = analysis.run("advisor", t, {"top": "0"}).table
+    assert table.columns == COLUMNS
+    assert table.height >= 1, name
+    costs = table["cost_ns"].to_list()
+    assert costs == sorted(costs, reverse=True) and min(costs) > 0
+    assert table["rank"].to_list() == list(range(1, table.height + 1))
+    assert set(table["severity"]) <= {"high", "info"}
+    assert all(c.startswith("traceatlas analyze ") for c in table["command"])
+    # every rank named in a statement exists in the trace
+    named = {int(r) for s in table["statement"]
+             for r in pl.Series([s]).str.extract_all(r"rank (\d+)").explode().drop_nulls()
+             .str.extract(r"(\d+)").to_list()}
+    assert named <= set(t.ranks), name
+
+
+def test_pingpong_late_sender_is_the_mpi_wait_total(trace: tuple[str, traceatlas.Trace]
+                                                    ) -> None:
+    name, t = trace
+    if name != "pingpong":
+        pytest.skip("ping-pong only")
+    table = analysis.run("advisor", t, {"top": "0", "min_cost_pct": "0"}).table
+    late = table.filter(pl.col("rule") == "late_sender")
+    # independent of the advisor: the largest per-rank late-sender total of mpi_wait
+    waits = analysis.run("mpi_wait", t).table
+    assert late.height == 1
+    assert late["cost_ns"][0] == waits["late_sender_ns"].max()
+
+
+def test_cli_json_on_dlrm(traces_dir: Path, tmp_path: Path) -> None:
+    out = CliRunner().invoke(app, ["analyze", "advisor", str(traces_dir / TRACES["dlrm"]),
+                                   "--format", "json", "-p", "top=3"])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.stdout)
+    assert 1 <= len(rows) <= 3 and list(rows[0]) == COLUMNS
