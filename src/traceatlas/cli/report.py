@@ -1,0 +1,85 @@
+"""``traceatlas report`` (the answer for one or several runs: terminal, HTML, JSON) and
+``traceatlas demo`` (the report on the shipped sample).
+
+Registered on the ``app`` of ``traceatlas.cli.main`` when that module is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+import traceatlas
+from traceatlas.cli import output
+from traceatlas.cli.main import EngineOpt, _check_format, _guard, app
+from traceatlas.report import data as report_data
+from traceatlas.report import html, terminal
+
+REPO_SAMPLE = Path(traceatlas.__file__).resolve().parents[2] / "examples" / "sample_trace"
+"""The sample in a source checkout (``examples/sample_trace``); absent from a wheel."""
+
+
+def _open_run(path: Path, engine: str) -> traceatlas.Trace:
+    with output.progress(f"ingest {path.name}") as bar:
+        return traceatlas.open(str(path), engine=engine, progress=bar)
+
+
+def _report(paths: list[Path], out: Path | None, fmt: str, engine: str) -> None:
+    runs = [(str(p), _open_run(p, engine)) for p in paths]
+    data = report_data.build(runs)
+    if fmt == "json":
+        sys.stdout.write(json.dumps(data.to_dict()) + "\n")
+    else:
+        output.stdout.print(terminal.renderable(data), crop=True, overflow="ellipsis",
+                            no_wrap=True, soft_wrap=False)
+    if out is not None:
+        out.write_text(html.render(data), encoding="utf-8")
+        output.stderr.print(f"wrote {out}", highlight=False)
+
+
+OutOpt = Annotated[Path | None, typer.Option(
+    "--out", "-o", help="Write the HTML report (one self-contained file) here.")]
+ReportFormatOpt = Annotated[str, typer.Option("--format", "-f", help="table | json")]
+
+
+@app.command("report")
+@_guard
+def report_command(
+    paths: Annotated[list[Path], typer.Argument(
+        help="One run per argument: a trace file, a directory of rank files, or a store. "
+        "Several runs add the scalability table.")],
+    out: OutOpt = None,
+    fmt: ReportFormatOpt = "table",
+    engine: EngineOpt = "local",
+) -> None:
+    """The answer: efficiency tree and top findings here, plots with -o report.html."""
+    _check_format(fmt, ("table", "json"))
+    _report(paths, out, fmt, engine)
+
+
+@app.command("demo")
+@_guard
+def demo_command(
+    out: Annotated[Path, typer.Option("--out", "-o", help="HTML file to write.")] = Path(
+        "demo-report.html"),
+    fmt: ReportFormatOpt = "table",
+) -> None:
+    """Run the report on the sample that ships with the project; writes demo-report.html."""
+    _check_format(fmt, ("table", "json"))
+    if (REPO_SAMPLE / "rank-0.json.gz").is_file():
+        output.stderr.print(f"sample: {REPO_SAMPLE} (from the repository)", highlight=False)
+        _report([REPO_SAMPLE], out, fmt, "local")
+        return
+    from traceatlas.report.sample import write_sample
+
+    with tempfile.TemporaryDirectory(prefix="traceatlas-demo-") as tmp:
+        sample = Path(tmp) / "sample_trace"
+        write_sample(sample)
+        output.stderr.print(f"sample: generated in {sample} (no repository checkout found)",
+                            highlight=False)
+        _report([sample], out, fmt, "local")

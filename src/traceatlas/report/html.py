@@ -1,0 +1,209 @@
+"""The report as one self-contained HTML file: inline CSS (``assets/report.css``) and inline
+SVG plots; no scripts, fonts or images from anywhere else, so it works offline."""
+
+from __future__ import annotations
+
+from html import escape
+from importlib import resources
+from typing import TYPE_CHECKING
+
+from traceatlas.report import svg
+from traceatlas.report.terminal import FAIR, GOOD, metric_label, ordered
+
+if TYPE_CHECKING:
+    from traceatlas.report.data import EfficiencyNode, ReportData, RunReport
+
+BAR_SERIES = (("useful", "#54a24b"), ("communication", "#4c78a8"), ("idle", "#d3d8de"))
+"""Per-rank bar segments and colours."""
+OPEN_FINDINGS = 5
+"""Findings shown open; the rest sit in a collapsed ``<details>``."""
+MAX_STEP_LINES = 8
+"""Runs with more ranks show the mean step time and the min-max band instead of a line
+per rank."""
+
+
+def css() -> str:
+    """The report's stylesheet."""
+    return (resources.files("traceatlas.report") / "assets" / "report.css").read_text("utf-8")
+
+
+def render(data: ReportData) -> str:
+    """The whole HTML document."""
+    names = ", ".join(r.name for r in data.runs)
+    body = [f"<header><h1>traceatlas report</h1><p>{escape(names)}</p></header><main>"]
+    if len(data.runs) > 1:
+        body.append(_scalability(data))
+    for i, run in enumerate(data.runs):
+        body.append(_run(run, i))
+    body.append(f"</main><footer>traceatlas {escape(data.version)}: efficiency model after "
+                f"POP (>= {GOOD:.2f} good, < {FAIR:.2f} poor); times in the unit shown on "
+                f"each axis.</footer>")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>traceatlas report: {escape(names)}</title><style>{css()}</style>"
+            f"</head><body>{''.join(body)}</body></html>\n")
+
+
+def _card(cls: str, title: str, inner: str, hint: str = "") -> str:
+    hint_html = f'<p class="hint">{escape(hint)}</p>' if hint else ""
+    return f'<section class="card {cls}"><h3>{escape(title)}</h3>{hint_html}{inner}</section>'
+
+
+def _na(run: RunReport, section: str) -> str:
+    reason = run.missing.get(section, "no data")
+    return f'<p class="na">not available: {escape(reason)}</p>'
+
+
+def _run(run: RunReport, i: int) -> str:
+    meta = (f"{escape(run.source_format)} &middot; {len(run.ranks)} rank(s) &middot; span "
+            f"{escape(svg.fmt_ns(run.span_ns))} &middot; store <code>{escape(run.store)}</code>")
+    top = ('<div class="grid">'
+           + _card("efficiency", "Efficiency", _tree(run), "POP model; each value is the "
+                   "product of the values under it")
+           + f"<div>{_bars(run)}{_timeline(run)}</div></div>")
+    findings = _card("findings-card", "Findings", _findings(run), "ranked by the time they cost")
+    return (f'<section class="run" id="run-{i}"><h2>{escape(run.name)}</h2>'
+            f'<p class="meta">{meta}</p>{top}{findings}{_kernels(run)}'
+            f"{_steps(run)}</section>")
+
+
+def _cls(value: float | None) -> str:
+    if value is None:
+        return ""
+    return "good" if value >= GOOD else "fair" if value >= FAIR else "poor"
+
+
+def _tree(run: RunReport) -> str:
+    if not run.efficiency:
+        return _na(run, "efficiency")
+    out = ['<ul class="efftree">']
+    for side in dict.fromkeys(n.side for n in run.efficiency):
+        nodes = ordered(n for n in run.efficiency if n.side == side)
+        out.append(f'<li class="side">{escape(side)} side</li>')
+        out.append(_subtree(nodes, None, {n.metric for n in nodes}))
+    out.append("</ul>")
+    return "".join(out)
+
+
+def _subtree(nodes: list[EfficiencyNode], parent: str | None, names: set[str]) -> str:
+    kids = [n for n in nodes if (n.parent if n.parent in names else None) == parent]
+    if not kids:
+        return ""
+    items = []
+    for n in kids:
+        value = "n/a" if n.value is None else f"{n.value:.2f}"
+        width = 0 if n.value is None else max(0.0, min(1.0, n.value)) * 100
+        items.append(
+            f'<li><div class="node" title="{escape(n.metric)}"><span class="name">'
+            f"{escape(metric_label(n))}</span><span class=\"meter\"><span class=\"{_cls(n.value)}"
+            f'" style="width:{width:.1f}%"></span></span><span class="val {_cls(n.value)}">'
+            f"{value}</span></div>{_subtree(nodes, n.metric, names)}</li>")
+    return f"<ul>{''.join(items)}</ul>"
+
+
+def _findings(run: RunReport) -> str:
+    if not run.findings:
+        return _na(run, "findings") if "findings" in run.missing else \
+            '<p class="na">no findings: nothing costs enough to report</p>'
+    items = []
+    for n, f in enumerate(run.findings):
+        if n == OPEN_FINDINGS:
+            items.append(f"</ol><details><summary>{len(run.findings) - n} more findings"
+                         f'</summary><ol class="findings" start="{n + 1}">')
+        command = f" <code>{escape(f.command)}</code>" if f.command else ""
+        items.append(
+            f'<li class="{escape(f.severity)}"><span class="badge">{escape(f.severity)}</span>'
+            f'<span class="stmt">{escape(f.statement)}</span><span class="cost">costs '
+            f'{escape(svg.fmt_ns(f.cost_ns))}</span><div class="ev">{escape(f.evidence)}</div>'
+            f'<div class="next">Next: {escape(f.next_step)}{command}</div></li>')
+    tail = "</details>" if len(run.findings) > OPEN_FINDINGS else ""
+    return f'<ol class="findings">{"".join(items)}</ol>{tail}'
+
+
+def _bars(run: RunReport) -> str:
+    if not run.rank_bars:
+        return _card("rank-bars", "Time per rank", _na(run, "rank_bars"))
+    rows = [(b.label, (b.useful_ns, b.comm_ns, b.idle_ns)) for b in run.rank_bars]
+    plot = svg.stacked_bars(rows, BAR_SERIES, "useful, communication and idle time per rank")
+    return _card("rank-bars", "Time per rank", plot, run.rank_bars_source)
+
+
+def _timeline(run: RunReport) -> str:
+    t = run.timeline
+    if t is None:
+        return _card("timeline", "Timeline overview", _na(run, "timeline"))
+    plot = svg.heatmap(t.rows, t.values, t.bin_ns, "busy fraction per rank over time")
+    return _card("timeline", "Timeline overview", plot,
+                 f"colour = fraction of each column's time that is {t.kind}")
+
+
+def _kernels(run: RunReport) -> str:
+    if not run.kernels:
+        return _card("kernels", "Kernels", _na(run, "kernels"))
+    figs = "".join(
+        f'<figure><figcaption title="{escape(h.name)}">{escape(_short(h.name))}</figcaption>'
+        f"{svg.log_histogram(h.bins, 'duration histogram of ' + h.name)}</figure>"
+        for h in run.histograms)
+    head = ("<tr><th class=\"name\">kernel</th><th>count</th><th>total</th><th>mean</th>"
+            "<th>p50</th><th>p95</th><th>% of device busy</th><th>bimodal</th></tr>")
+    rows = "".join(
+        f'<tr><td class="name" title="{escape(k.name)}">{escape(_short(k.name))}</td>'
+        f"<td>{k.count:,}</td><td>{svg.fmt_ns(k.total_ns)}</td><td>{svg.fmt_ns(k.mean_ns)}</td>"
+        f"<td>{svg.fmt_ns(k.p50_ns)}</td><td>{svg.fmt_ns(k.p95_ns)}</td>"
+        f"<td>{k.share_pct:.1f}</td><td>{'yes' if k.bimodal else ''}</td></tr>"
+        for k in run.kernels)
+    inner = (f'<div class="hists">{figs}</div><h3 style="margin-top:14px">Top kernels</h3>'
+             f'<table class="data">{head}{rows}</table>')
+    return _card("kernels", "Kernel durations", inner,
+                 "log-binned durations of the kernels with the most total time, all ranks")
+
+
+def _short(name: str, limit: int = 90) -> str:
+    return name if len(name) <= limit else name[: limit - 1] + "\u2026"
+
+
+def _steps(run: RunReport) -> str:
+    if not run.steps:
+        return _card("steps", "Step durations", _na(run, "steps"))
+    by_rank: dict[int, list[tuple[int, int]]] = {}
+    for s in run.steps:
+        by_rank.setdefault(s.rank, []).append((s.step, s.dur_ns))
+    if len(by_rank) <= MAX_STEP_LINES:
+        series = [(f"rank {r}", [float(x) for x, _ in pts], [float(y) for _, y in pts])
+                  for r, pts in sorted(by_rank.items())]
+        plot = svg.line_chart(series, "step duration per rank", "step")
+        return _card("steps", "Step durations", plot, "duration of each iteration per rank")
+    per_step: dict[int, list[int]] = {}
+    for s in run.steps:
+        per_step.setdefault(s.step, []).append(s.dur_ns)
+    xs = sorted(per_step)
+    mean = [sum(per_step[x]) / len(per_step[x]) for x in xs]
+    lo = [float(min(per_step[x])) for x in xs]
+    hi = [float(max(per_step[x])) for x in xs]
+    plot = svg.line_chart([("mean over ranks", [float(x) for x in xs], mean)],
+                          "step duration", "step", band=([float(x) for x in xs], lo, hi))
+    return _card("steps", "Step durations", plot,
+                 "mean step duration over ranks; shaded: fastest to slowest rank")
+
+
+def _scalability(data: ReportData) -> str:
+    if not data.scalability:
+        reason = data.missing.get("scalability", "no data")
+        return _card("scalability", "Scalability across runs",
+                     f'<p class="na">not available: {escape(reason)}</p>')
+    cols = list(data.scalability[0])
+    head = "".join(f"<th>{escape(c)}</th>" for c in cols)
+    rows = "".join("<tr>" + "".join(f"<td>{escape(_cell(r[c]))}</td>" for c in cols) + "</tr>"
+                   for r in data.scalability)
+    return _card("scalability", "Scalability across runs",
+                 f'<table class="data"><tr>{head}</tr>{rows}</table>')
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)

@@ -1,0 +1,157 @@
+"""Whole-run overview numbers computed for the report: a binned busy-fraction timeline per
+rank, and per-rank useful/comm/idle times when the ``efficiency`` analysis is missing.
+
+Busy time is always a union of intervals (``traceatlas.ops.unions``), so overlapping
+kernels on several streams count once. Times in ns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from traceatlas.analysis.requirements import DEVICE_WORK
+from traceatlas.ops.unions import union_ns, union_segments
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from traceatlas.model.trace import Trace
+
+TIMELINE_BINS = 160
+"""Time bins of the timeline overview."""
+MAX_TIMELINE_ROWS = 64
+"""More ranks than this are grouped (consecutive ranks averaged) into this many rows."""
+COMM_CATEGORIES = ("comm_kernel", "memcpy", "memset")
+"""Device activity that moves data rather than computes."""
+
+
+@dataclass
+class Activity:
+    """What "busy" means for a trace: device work, or host time outside MPI, or any host
+    event; ``rows`` is the lazy frame of the intervals that make a rank busy."""
+
+    kind: str
+    label: str
+    rows: pl.LazyFrame
+
+
+def activity(trace: Trace) -> Activity:
+    """Device activity when the trace has any; else host time outside MPI calls (MPI
+    traces); else any host interval."""
+    import polars as pl
+
+    cat = pl.col("category").cast(pl.String)
+    base = trace.intervals.select("rank", "start_ns", "end_ns", cat.alias("category"))
+    device = base.filter(pl.col("category").is_in(DEVICE_WORK))
+    if device.select("rank").head(1).collect().height:
+        return Activity("device", "device busy (kernels, comm kernels, memcpy, memset)", device)
+    mpi = base.filter(pl.col("category") == "mpi")
+    if mpi.select("rank").head(1).collect().height:
+        return Activity("mpi", "time inside MPI calls", mpi)
+    host = base.filter(~pl.col("category").is_in(("step", "annotation")))
+    return Activity("host", "host busy (any event)", host)
+
+
+def span(trace: Trace) -> tuple[int, int]:
+    """First start and last end over all intervals (ns); (0, 0) for an empty trace."""
+    import polars as pl
+
+    row = trace.intervals.select(pl.col("start_ns").min(), pl.col("end_ns").max()).collect()
+    lo, hi = row.row(0)
+    return (0, 0) if lo is None else (int(lo), int(hi))
+
+
+@dataclass
+class Timeline:
+    """Busy fraction per row and time bin: ``values[row][bin]`` in [0, 1]."""
+
+    kind: str
+    """What busy means (see ``Activity.label``); for MPI traces the fraction *outside* MPI."""
+    start_ns: int
+    bin_ns: int
+    rows: list[str]
+    values: list[list[float]]
+
+
+def timeline(trace: Trace, act: Activity, window: tuple[int, int],
+             bins: int = TIMELINE_BINS) -> Timeline:
+    """Binned busy fraction of each rank over ``window`` (ns). For MPI traces the value is
+    the fraction of the bin spent outside MPI calls (useful time)."""
+    lo, hi = window
+    width = max(1, -(-(hi - lo) // bins))
+    edges = lo + width * np.arange(bins + 1, dtype=np.int64)
+    segs = union_segments(act.rows, ["rank"]).sort("rank", "start_ns").collect()
+    ranks = sorted(trace.ranks)
+    values = np.zeros((len(ranks), bins))
+    for i, rank in enumerate(ranks):
+        part = segs.filter(segs["rank"] == rank)
+        starts = part["start_ns"].to_numpy()
+        ends = part["end_ns"].to_numpy()
+        values[i] = np.diff(_busy_before(starts, ends, edges)) / width
+    if act.kind == "mpi":
+        values = 1.0 - values
+    labels = [f"rank {r}" for r in ranks]
+    if len(ranks) > MAX_TIMELINE_ROWS:
+        groups = np.array_split(np.arange(len(ranks)), MAX_TIMELINE_ROWS)
+        values = np.stack([values[g].mean(axis=0) for g in groups])
+        labels = [f"ranks {ranks[g[0]]}-{ranks[g[-1]]}" for g in groups]
+    kind = "useful (outside MPI calls)" if act.kind == "mpi" else act.label
+    return Timeline(kind, lo, width, labels,
+                    [[round(float(v), 4) for v in row] for row in np.clip(values, 0, 1)])
+
+
+def _busy_before(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Busy ns before each time in ``at``, for sorted disjoint segments [starts, ends)."""
+    if starts.size == 0:
+        return np.zeros(at.size)
+    cum = np.concatenate(([0], np.cumsum(ends - starts)))
+    k = np.searchsorted(starts, at, side="right")  # segments starting at or before t
+    last_end = np.where(k > 0, ends[np.maximum(k - 1, 0)], 0)
+    # only the last of them can contain t: drop its part after t
+    busy: np.ndarray = cum[k] - np.maximum(0, last_end - at) * (k > 0)
+    return busy
+
+
+@dataclass
+class RankTimes:
+    """One rank's time split (ns): useful + comm + idle = the run's span."""
+
+    rank: int
+    useful_ns: int
+    comm_ns: int
+    idle_ns: int
+
+
+def rank_times(trace: Trace, act: Activity, window: tuple[int, int]) -> list[RankTimes]:
+    """Per-rank useful/comm/idle without the efficiency analysis. Device traces: useful =
+    union of compute kernels, comm = union of comm kernels and memory activity not under a
+    compute kernel, idle = span - union of all device activity. MPI traces: comm = union of
+    MPI calls, useful = span - comm, idle = 0."""
+    import polars as pl
+
+    total = window[1] - window[0]
+    ranks = pl.DataFrame({"rank": sorted(trace.ranks)}, schema={"rank": pl.Int64}).lazy()
+    if act.kind == "device":
+        compute = act.rows.filter(pl.col("category") == "kernel")
+        parts = [union_ns(compute, ["rank"], "compute"), union_ns(act.rows, ["rank"], "busy")]
+    else:
+        parts = [union_ns(act.rows, ["rank"], "busy")]
+    frame = ranks
+    for part in parts:
+        frame = frame.join(part.with_columns(pl.col("rank").cast(pl.Int64)), on="rank",
+                           how="left")
+    table = frame.fill_null(0).sort("rank").collect()
+    out = []
+    for row in table.iter_rows(named=True):
+        busy = int(row["busy"])
+        if act.kind == "device":
+            useful = int(row["compute"])
+            out.append(RankTimes(row["rank"], useful, busy - useful, max(0, total - busy)))
+        elif act.kind == "mpi":
+            out.append(RankTimes(row["rank"], max(0, total - busy), busy, 0))
+        else:
+            out.append(RankTimes(row["rank"], busy, 0, max(0, total - busy)))
+    return out

@@ -1,0 +1,124 @@
+"""Analysis results computed once per trace and shared by every report section and by the
+advisor's rules (through the advisor's ``Context`` cache when the advisor is installed)."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from traceatlas.errors import TraceAtlasError
+
+if TYPE_CHECKING:
+    from traceatlas.analysis.base import Result
+    from traceatlas.model.trace import Trace
+
+
+class Unavailable(Exception):
+    """An analysis the report wanted could not run; ``reason`` says why in plain words."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Results:
+    """Runs registered analyses on one trace, each (name, params) once.
+
+    ``path`` is the user's path, written into the advisor's suggested commands. When the
+    advisor package is installed its ``Context`` holds the cache, so the findings reuse
+    the analyses the report already ran (and the other way round).
+    """
+
+    def __init__(self, trace: Trace, path: str = "PATH") -> None:
+        self.trace = trace
+        self.path = path
+        self.context = _advisor_context(trace, path)
+        self._done: dict[tuple[str, tuple[tuple[str, Any], ...]], Result | Unavailable] = {}
+
+    def get(self, name: str, params: Mapping[str, Any] | None = None) -> Result:
+        """The result of ``name`` with ``params``; raises ``Unavailable`` with the reason."""
+        key = (name, tuple(sorted((params or {}).items())))
+        if key not in self._done:
+            self._done[key] = self._run(name, dict(params or {}))
+        out = self._done[key]
+        if isinstance(out, Unavailable):
+            raise out
+        return out
+
+    def _run(self, name: str, params: dict[str, Any]) -> Result | Unavailable:
+        from traceatlas.analysis import registry
+
+        if name not in registry.ANALYSES:
+            return Unavailable(f"the {name} analysis is not installed")
+        try:
+            if self.context is None:
+                return registry.run(name, self.trace, params)
+            result: Result | None = self.context.result(name, **params)
+        except TraceAtlasError as exc:
+            return Unavailable(_reason(exc))
+        except Exception as exc:  # one broken analysis must not take the whole report down
+            warnings.warn(f"report: the {name} analysis failed: {type(exc).__name__}: {exc}",
+                          RuntimeWarning, stacklevel=2)
+            return Unavailable(f"the {name} analysis failed ({type(exc).__name__}: {exc})")
+        if result is None:
+            said = [n for n in self.context.notes if str(n).startswith(f"{name}:")]
+            return Unavailable(_reason(Exception(said[-1])) if said else
+                               f"the trace lacks the data {name} needs")
+        return result
+
+    def findings(self, top: int) -> list[dict[str, Any]]:
+        """The advisor's ranked findings (rows of its main table), computed on the shared
+        cache; ``top`` costliest."""
+        from traceatlas.analysis import registry
+
+        if "advisor" not in registry.ANALYSES:
+            raise Unavailable("the advisor analysis is not installed")
+        defaults = {p.name: p.default for p in registry.get_analysis("advisor").params}
+        advise = _advise_function()
+        if self.context is None or advise is None:
+            params = {"top": top, **({"path": self.path} if "path" in defaults else {})}
+            return list(self.get("advisor", params).table.iter_rows(named=True))
+        try:
+            found = advise(self.trace, path=self.path, context=self.context,
+                           min_cost_pct=float(defaults.get("min_cost_pct", 0.0)))
+        except TraceAtlasError as exc:
+            raise Unavailable(_reason(exc)) from None
+        except Exception as exc:  # a broken rule must not take the whole report down
+            warnings.warn(f"report: the advisor failed: {type(exc).__name__}: {exc}",
+                          RuntimeWarning, stacklevel=2)
+            raise Unavailable(f"the advisor failed ({type(exc).__name__}: {exc})") from None
+        return [{"rank": i + 1, **{k: getattr(f, k) for k in FINDING_FIELDS}}
+                for i, f in enumerate(found[:top])]
+
+
+FINDING_FIELDS = ("rule", "statement", "cost_ns", "evidence", "next_step", "command",
+                  "severity")
+"""Fields of the advisor's findings the report shows."""
+
+
+def _advisor_context(trace: Trace, path: str) -> Any:
+    """The advisor's result cache for ``trace``, or None without the advisor package."""
+    try:
+        module = importlib.import_module("traceatlas.advisor")
+    except ImportError:
+        return None
+    context = getattr(module, "Context", None)
+    return None if context is None else context(trace, path=path)
+
+
+def _advise_function() -> Any:
+    """The advisor's ``advise(trace, *, path, min_cost_pct, context) -> list[Finding]``,
+    or None without the advisor package."""
+    try:
+        module = importlib.import_module("traceatlas.advisor")
+    except ImportError:
+        return None
+    return getattr(module, "advise", None)
+
+
+def _reason(exc: Exception) -> str:
+    """The error text without the ``name:`` prefix errors carry."""
+    text = str(exc)
+    return text.split(": ", 1)[1] if ": " in text else text

@@ -1,0 +1,176 @@
+"""The report in the terminal (rich): the efficiency tree with colour and the top findings,
+in one screen (``MAX_LINES``). The HTML report has the plots."""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from traceatlas.report.svg import fmt_ns
+
+if TYPE_CHECKING:
+    from traceatlas.report.data import EfficiencyNode, ReportData, RunReport
+
+MAX_LINES = 40
+"""The terminal report fits in this many lines."""
+MAX_TREE = 16
+"""Efficiency metrics shown at most (deeper levels are cut first)."""
+GOOD, FAIR = 0.8, 0.6
+"""POP practice: >= 0.8 is good, below deserves attention; below 0.6 is poor."""
+BAR = 12
+
+
+def colour(value: float | None) -> str:
+    """Rich style of an efficiency value."""
+    if value is None:
+        return "dim"
+    return "green" if value >= GOOD else "yellow" if value >= FAIR else "red"
+
+
+def metric_label(node: EfficiencyNode) -> str:
+    """``device_load_balance`` -> ``load balance``."""
+    name = node.metric
+    if name.startswith(node.side + "_"):
+        name = name[len(node.side) + 1:]
+    return name.replace("_", " ")
+
+
+def tree_lines(nodes: list[EfficiencyNode], limit: int = MAX_TREE) -> list[Text]:
+    """The efficiency tree as indented lines (children under their parent), at most
+    ``limit`` metric lines; the deepest levels are dropped first when it is too long."""
+    depth = max((n.level for n in nodes), default=0)
+    while depth > 0 and sum(n.level <= depth for n in nodes) > limit:
+        depth -= 1
+    kept = [n for n in nodes if n.level <= depth][:limit]
+    lines: list[Text] = []
+    for side in dict.fromkeys(n.side for n in kept):
+        lines.append(Text(f"{side} side", style="bold"))
+        for node in ordered(n for n in kept if n.side == side):
+            value = "   n/a" if node.value is None else f"{node.value:6.2f}"
+            filled = 0 if node.value is None else round(max(0.0, min(1.0, node.value)) * BAR)
+            line = Text("  " + "  " * node.level)
+            line.append(f"{metric_label(node):<{34 - 2 * node.level}}")
+            line.append(value + " ", style=f"bold {colour(node.value)}")
+            line.append("█" * filled, style=colour(node.value))
+            line.append("░" * (BAR - filled), style="dim")
+            lines.append(line)
+    return lines
+
+
+def ordered(nodes: object) -> list[EfficiencyNode]:
+    """Depth-first order: each node followed by its children, in table order."""
+    items: list[EfficiencyNode] = list(nodes)  # type: ignore[call-overload]
+    names = {n.metric for n in items}
+    out: list[EfficiencyNode] = []
+
+    def visit(parent: str | None) -> None:
+        for n in items:
+            if (n.parent if n.parent in names else None) == parent and n not in out:
+                out.append(n)
+                visit(n.metric)
+
+    visit(None)
+    return out + [n for n in items if n not in out]
+
+
+def finding_lines(run: RunReport, budget: int) -> list[Text]:
+    """Top findings, two lines each, within ``budget`` lines."""
+    lines: list[Text] = []
+    for f in run.findings:
+        if len(lines) + 2 > budget:
+            break
+        head = Text(f"{f.rank:>2}. ")
+        head.append("HIGH " if f.severity == "high" else "info ",
+                    style="bold red" if f.severity == "high" else "cyan")
+        head.append(f.statement)
+        head.append(f"  (costs {fmt_ns(f.cost_ns)})", style="dim")
+        tail = Text("     -> ", style="dim")
+        if f.command:  # the zoom-in command first: it is what a long line must not lose
+            tail.append(f.command, style="bold blue")
+            tail.append("  ")
+        tail.append(f.next_step, style="dim")
+        lines += [head, tail]
+    return lines
+
+
+def run_lines(run: RunReport, budget: int) -> list[Text]:
+    """Header, efficiency tree and findings of one run in ``budget`` lines."""
+    head = Text(run.name, style="bold")
+    head.append(f"  {run.source_format}, {len(run.ranks)} rank(s), span "
+                f"{fmt_ns(run.span_ns)}", style="dim")
+    lines = [head, Text("Efficiency (POP: >= 0.80 good)", style="bold underline")]
+    if run.efficiency:
+        lines += tree_lines(run.efficiency, min(MAX_TREE, budget // 2))
+    else:
+        lines.append(Text(f"  not available: {run.missing.get('efficiency', '')}", "dim"))
+    lines.append(Text("Top findings", style="bold underline"))
+    if run.findings:
+        lines += finding_lines(run, budget - len(lines) - 1)
+    else:
+        lines.append(Text(f"  not available: {run.missing.get('findings', 'none')}", "dim"))
+    return lines
+
+
+def scalability_table(data: ReportData) -> Table:
+    """One row per run with the scalability columns (numbers rounded)."""
+    table = Table(title="Scalability across runs", title_justify="left", box=None,
+                  header_style="bold")
+    columns = list(data.scalability[0]) if data.scalability else []
+    for c in columns:
+        table.add_column(c, overflow="ellipsis", max_width=28)
+    for row in data.scalability:
+        table.add_row(*(_cell(row[c]) for c in columns))
+    return table
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def renderable(data: ReportData, max_lines: int = MAX_LINES) -> RenderableType:
+    """The terminal report; fits in ``max_lines`` lines at 100 columns or more."""
+    parts: list[RenderableType] = []
+    budget = max_lines - 2
+    if len(data.runs) > 1:
+        if data.scalability:
+            table = scalability_table(data)
+            parts.append(table)
+            budget -= len(data.scalability) + 3
+        else:
+            parts.append(Text("scalability: not available: "
+                              + data.missing.get("scalability", ""), style="dim"))
+            budget -= 1
+        for run in data.runs[:-1]:
+            parts.append(run_summary(run))
+            budget -= 1
+    parts += run_lines(data.runs[-1], budget)
+    parts.append(Text("Full report with plots: add -o report.html", style="dim"))
+    return Group(*parts)
+
+
+def run_summary(run: RunReport) -> Text:
+    """One line: the run and its top-level efficiencies."""
+    line = Text(f"{run.name}: {len(run.ranks)} rank(s), {fmt_ns(run.span_ns)}")
+    for node in run.efficiency:
+        if node.level == 0:
+            line.append(f"  {node.metric} ")
+            line.append("n/a" if node.value is None else f"{node.value:.2f}",
+                        style=colour(node.value))
+    return line
+
+
+def to_text(data: ReportData, width: int = 100, color: bool = False) -> str:
+    """The terminal report as text (ANSI colours when ``color``)."""
+    console = Console(file=io.StringIO(), width=width, force_terminal=color,
+                      color_system="standard" if color else None, record=True)
+    console.print(renderable(data), crop=True, overflow="ellipsis", soft_wrap=False,
+                  no_wrap=True)
+    return console.export_text(styles=color)
