@@ -280,17 +280,20 @@ def _host(trace: Trace, view: Trace, region: Region, rows: Rows, notes: list[str
         return empty
     cat = pl.col("category").cast(pl.String)
     name = pl.col("name").cast(pl.String)
+    state_ranks = set(trace.intervals.filter(cat == "state").select("rank").unique()
+                      .collect()["rank"].to_list())
+    # args (JSON text, the widest column) is only needed to find Paraver's Running state.
+    extra = [pl.col("args")] if state_ranks else []
     iv = (view.intervals.with_columns(pl.col("rank").cast(pl.Int32),
                                       pl.col("track_id").cast(pl.Int32))
           .join(host_tracks, on=keys, how="semi")
-          .select(*keys, "start_ns", "end_ns", cat.alias("cat"), name.alias("name"),
-                  pl.col("args")))
-    state_ranks = set(trace.intervals.filter(cat == "state").select("rank").unique()
-                      .collect()["rank"].to_list())
+          .select(*keys, "start_ns", "end_ns", cat.alias("cat"), name.alias("name"), *extra)
+          .collect().lazy())  # read once: every query below reuses it
     has_state = pl.col("rank").is_in(list(state_ranks))
     covered = iv.filter(pl.when(has_state).then(
         (pl.col("cat") == "state") & pl.col("args").str.contains(RUNNING, literal=True))
-        .otherwise(pl.col("cat") != "state"))
+        .otherwise(pl.col("cat") != "state")) if state_ranks else iv.filter(
+        pl.col("cat") != "state")
     runtime = (pl.col("cat").is_in(("mpi", "sync"))
                | (pl.col("cat").is_in(("runtime", "driver")) & pl.col("name").str.contains(
                    SYNC_CALL))
@@ -323,12 +326,16 @@ def _host(trace: Trace, view: Trace, region: Region, rows: Rows, notes: list[str
                  _lengths(mpi_iv, keys, region, "mpi_ns"),
                  _lengths(gpu_iv, keys, region, "gpu_ns")):
         thread = thread.join(part, on=keys, how="left")
-    per_t = (thread.with_columns(pl.exclude(keys).fill_null(0))
-             .with_columns(useful_ns=pl.col("covered_ns") - pl.col("runtime_ns"))
-             .sort(keys).collect())
+    per_t_q = (thread.with_columns(pl.exclude(keys).fill_null(0))
+               .with_columns(useful_ns=pl.col("covered_ns") - pl.col("runtime_ns"))
+               .sort(keys))
+    # One collect_all: the segment unions are shared by the three queries (Polars'
+    # common-subplan elimination) instead of being computed once per query.
+    per_t, proc_df, mpi_df = pl.collect_all(
+        [per_t_q, proc, _lengths(mpi_iv, ["rank"], region, "m")])
     ranks = sorted(set(per_t["rank"].to_list()))
-    proc_u = dict(proc.collect().iter_rows())
-    rank_mpi = dict(_lengths(mpi_iv, ["rank"], region, "m").collect().iter_rows())
+    proc_u = dict(proc_df.iter_rows())
+    rank_mpi = dict(mpi_df.iter_rows())
     t_rank = _rank_runtime(region)
     useful = [int(proc_u.get(r, 0)) for r in ranks]
     T = region.runtime_ns
