@@ -220,15 +220,20 @@ def _breakdown(trace: Trace, windows: pl.LazyFrame) -> pl.LazyFrame:
     """Windows with dur_ns and the exclusive part of each category, plus other_ns."""
     import polars as pl
 
-    windows = windows.cache()
-    base = trace.intervals.select("rank", "category", "name", "start_ns", "end_ns")
+    windows = windows.collect().lazy()
     ranks = windows.select("rank").unique()
-    base = base.join(ranks, on="rank", how="semi")
+    # Read the store once: one flag column per part, then every union works in memory.
+    flags = [where.alias(f"_is_{part}") for part, where in zip(PARTS, _part_filters(),
+                                                                strict=True)]
+    base = (trace.intervals.join(ranks, on="rank", how="semi")
+            .select("rank", "start_ns", "end_ns", *flags)
+            .filter(pl.any_horizontal(f"_is_{part}" for part in PARTS))
+            .collect().lazy())
     frame = windows.with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns"))
     level_names: list[str] = []
     previous: pl.LazyFrame | None = None
-    for part, where in zip(PARTS, _part_filters(), strict=True):
-        rows = base.filter(where).select("rank", "start_ns", "end_ns")
+    for part in PARTS:
+        rows = base.filter(pl.col(f"_is_{part}")).select("rank", "start_ns", "end_ns")
         if previous is not None:
             rows = pl.concat([rows, previous])
         segments = union_segments(rows, ["rank"]).cache()
