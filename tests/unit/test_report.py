@@ -6,7 +6,6 @@ independently of those analyses."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 import sys
@@ -311,13 +310,3 @@ def test_demo_without_repo_generates_the_sample(tmp_path: Path,
     assert res.exit_code == 0, res.output
     assert "generated" in res.output
     assert out.read_text().count("<svg") >= 4
-
-
-def test_packaged_sample_generator_matches_shipped_sample(tmp_path: Path) -> None:
-    from traceatlas.report.sample import write_sample
-
-    paths = write_sample(tmp_path)
-    assert [p.name for p in paths] == ["rank-0.json.gz", "rank-1.json.gz"]
-    for path in paths:
-        assert gzip.decompress(path.read_bytes()) == gzip.decompress(
-            (SAMPLE / path.name).read_bytes())

@@ -75,7 +75,7 @@ def demo_command(
         output.stderr.print(f"sample: {REPO_SAMPLE} (from the repository)", highlight=False)
         _report([REPO_SAMPLE], out, fmt, "local")
         return
-    from traceatlas.report.sample import write_sample
+    from traceatlas.testing.sample import write_sample
 
     with tempfile.TemporaryDirectory(prefix="traceatlas-demo-") as tmp:
         sample = Path(tmp) / "sample_trace"

@@ -1,8 +1,8 @@
-"""The shipped sample trace (``examples/sample_trace``), regenerated for ``traceatlas demo``
-when the package runs without the repository (a wheel). Same generator as
-``examples/make_sample.py`` (a copy; ``tests/unit/test_report.py`` checks that both write
-identical files): a 2-rank DDP-like PyTorch profiler trace (Kineto JSON), 3 ProfilerSteps,
-rank 1's kernels 25% slower, a 2.5 ms data-loader stall in step 2.
+"""The generator of the shipped sample trace (``examples/sample_trace``, written by
+``examples/make_sample.py``; ``traceatlas demo`` regenerates it when the package runs without
+the repository): a 2-rank DDP-like PyTorch profiler trace (Kineto JSON), 3 ProfilerSteps,
+rank 1's kernels 25% slower, a 2.5 ms data-loader stall in step 2. Fixed seed: the files
+are byte-identical on every run.
 """
 
 from __future__ import annotations
