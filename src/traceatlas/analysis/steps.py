@@ -37,14 +37,13 @@ them). HTA's ``get_profiler_steps`` only lists step numbers.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import Param, Result
 from traceatlas.analysis.requirements import DEVICE_WORK
 from traceatlas.errors import InputError, MissingDataError
 from traceatlas.model.schema import DEVICE_CATEGORIES
-from traceatlas.ops.unions import union_segments
 
 if TYPE_CHECKING:
     import polars as pl
@@ -192,69 +191,62 @@ def _windows(trace: Trace, markers: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def _covered(segments: pl.LazyFrame, windows: pl.LazyFrame, name: str) -> pl.LazyFrame:
-    """Length of the union ``segments`` (disjoint, per rank) inside each window: columns
-    rank, step, name. Uses F(t) = covered length before t, F(end) - F(start)."""
-    import polars as pl
-
-    seg = (segments.sort("rank", "start_ns")
-           .with_columns(before=(pl.col("end_ns") - pl.col("start_ns")).cum_sum().over("rank")
-                         - (pl.col("end_ns") - pl.col("start_ns")))
-           .select("rank", pl.col("start_ns").alias("s"), pl.col("end_ns").alias("e"),
-                   "before")
-           .sort("s"))
-
-    def upto(col: str) -> pl.LazyFrame:
-        at = windows.select("rank", "step", pl.col(col).alias("t")).sort("t")
-        joined = at.join_asof(seg, left_on="t", right_on="s", by="rank",
-                             strategy="backward", check_sortedness=False)
-        value = pl.when(pl.col("s").is_null()).then(0).otherwise(
-            pl.col("before") + pl.min_horizontal("t", "e") - pl.col("s"))
-        return joined.select("rank", "step", value.alias(col))
-
-    return (upto("start_ns").join(upto("end_ns"), on=["rank", "step"])
-            .select("rank", "step", (pl.col("end_ns") - pl.col("start_ns")).alias(name)))
-
-
 def _breakdown(trace: Trace, windows: pl.LazyFrame) -> pl.LazyFrame:
-    """Windows with dur_ns and the exclusive part of each category, plus other_ns."""
+    """Windows with dur_ns and the exclusive part of each category, plus other_ns.
+
+    One sweep per rank instead of one union per category: every interval contributes +1
+    at its start and -1 at its end to the count of its highest-priority category (window
+    bounds add empty events so no piece straddles a window); between two consecutive
+    event times the time goes to the first category whose count is positive.
+    """
     import polars as pl
 
     windows = windows.collect().lazy()
     ranks = windows.select("rank").unique()
-    # Read the store once: one flag column per part, then every union works in memory.
-    flags = [where.alias(f"_is_{part}") for part, where in zip(PARTS, _part_filters(),
-                                                                strict=True)]
-    base = (trace.intervals.join(ranks, on="rank", how="semi")
-            .select("rank", "start_ns", "end_ns", *flags)
-            .filter(pl.any_horizontal(f"_is_{part}" for part in PARTS))
-            .collect().lazy())
-    frame = windows.with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns"))
-    level_names: list[str] = []
-    previous: pl.LazyFrame | None = None
-    for part in PARTS:
-        rows = base.filter(pl.col(f"_is_{part}")).select("rank", "start_ns", "end_ns")
-        if previous is not None:
-            rows = pl.concat([rows, previous])
-        segments = union_segments(rows, ["rank"]).cache()
-        name = f"_cum_{part}"
-        frame = frame.join(_covered(segments, windows, name), on=["rank", "step"], how="left")
-        level_names.append(name)
-        previous = segments
-    return frame.with_columns(pl.col(n).fill_null(0) for n in level_names).with_columns(
-        *_exclusive(level_names),
-        other_ns=pl.col("dur_ns") - pl.col(level_names[-1]),
+    flags = list(_part_filters())
+    # Highest-priority part of each row (a DataLoader cpu_op is dataloader, not cpu_exec).
+    part = pl.coalesce(*(pl.when(f).then(pl.lit(k, pl.Int8)) for k, f in enumerate(flags)))
+    rows = (trace.intervals.join(ranks, on="rank", how="semi")
+            .select("rank", "start_ns", "end_ns", part.alias("k"))
+            .filter(pl.col("k").is_not_null() & (pl.col("end_ns") > pl.col("start_ns"))))
+    deltas = [pl.when(pl.col("k") == k).then(pl.col("d")).otherwise(0).alias(f"_d{k}")
+              for k in range(len(PARTS))]
+    bounds = pl.concat([windows.select("rank", pl.col("start_ns").alias("ts")),
+                        windows.select("rank", pl.col("end_ns").alias("ts"))])
+    events = pl.concat([
+        rows.select("rank", pl.col("start_ns").alias("ts"), "k", pl.lit(1, pl.Int32).alias("d")),
+        rows.select("rank", pl.col("end_ns").alias("ts"), "k", pl.lit(-1, pl.Int32).alias("d")),
+        bounds.with_columns(pl.lit(None, pl.Int8).alias("k"), pl.lit(0, pl.Int32).alias("d")),
+    ], how="vertical_relaxed")
+    # Every +1 has its -1 on the same rank, so the counts are back to 0 after a rank's last
+    # event: running sums over the whole (rank, ts)-sorted frame need no partitioning,
+    # and the piece from a rank's last event to the next rank's first has no owner.
+    counts = [pl.col(f"_d{k}").cum_sum().alias(f"_c{k}") for k in range(len(PARTS))]
+    owner = pl.coalesce(*(pl.when(pl.col(f"_c{k}") > 0).then(pl.lit(k, pl.Int8))
+                          for k in range(len(PARTS))))
+    # Ties need no grouping: the pieces between equal times have zero length.
+    pieces = (
+        events.with_columns(deltas)
+        .sort("rank", "ts")
+        .with_columns(counts)
+        .with_columns(owner.alias("k"),
+                      (pl.col("ts").shift(-1) - pl.col("ts")).alias("len"))
+        .filter(pl.col("k").is_not_null() & pl.col("len").is_not_null())
+        .select("rank", "ts", "k", "len")
     )
-
-
-def _exclusive(levels: Sequence[str]) -> list[pl.Expr]:
-    """part_k = covered(first k categories) - covered(first k - 1)."""
-    import polars as pl
-
-    out = []
-    for k, part in enumerate(PARTS):
-        expr = pl.col(levels[k])
-        if k:
-            expr = expr - pl.col(levels[k - 1])
-        out.append(expr.alias(f"{part}_ns"))
-    return out
+    win = windows.select("rank", "step", pl.col("start_ns").alias("ws"),
+                         pl.col("end_ns").alias("we")).sort("ws")
+    inside = (pieces.sort("ts")
+              .join_asof(win, left_on="ts", right_on="ws", by="rank", strategy="backward",
+                         check_sortedness=False)
+              .filter(pl.col("ws").is_not_null() & (pl.col("ts") < pl.col("we")))
+              .group_by("rank", "step")
+              .agg(pl.col("len").filter(pl.col("k") == k).sum().alias(f"{name}_ns")
+                   for k, name in enumerate(PARTS)))
+    return (
+        windows.with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns"))
+        .join(inside, on=["rank", "step"], how="left")
+        .with_columns(pl.col(f"{name}_ns").fill_null(0) for name in PARTS)
+        .with_columns(other_ns=pl.col("dur_ns") - pl.sum_horizontal(
+            f"{name}_ns" for name in PARTS))
+    )
