@@ -53,7 +53,7 @@ def scale_nsys(src: Path, out: Path, copies: int) -> int:
     present = [t for t in NSYS_TABLES
                if con.execute("SELECT 1 FROM sqlite_master WHERE name=?", (t,)).fetchone()]
     lo, hi = con.execute(
-        " UNION ALL ".join(f"SELECT min(start), max(end) FROM {t}" for t in present)
+        " UNION ALL ".join(f"SELECT min(start) a, max(end) b FROM {t}" for t in present)
         .join(("SELECT min(a), max(b) FROM (", ")"))
     ).fetchone()
     span = int(hi) - int(lo) + 1
