@@ -97,8 +97,10 @@ def test_dlrm_device_model_matches_plain_count(dlrm: traceatlas.Trace,
         * v["device_orchestration_efficiency"], abs=1e-12)
     assert v["device_parallel_efficiency"] == pytest.approx(
         sum(u.values()) / (8 * dlrm_plain["T"]), rel=1e-6)
+    # A GPU code: the host tree is LB x CommE x device offload efficiency (TALP).
     assert v["host_parallel_efficiency"] == pytest.approx(
-        v["host_load_balance"] * v["host_communication_efficiency"], abs=1e-12)
+        v["host_load_balance"] * v["host_communication_efficiency"]
+        * v["device_offload_efficiency"], abs=1e-12)
 
 
 def test_dlrm_per_rank_and_step_region(dlrm: traceatlas.Trace,

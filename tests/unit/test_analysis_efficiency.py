@@ -219,3 +219,31 @@ def test_replay_chain_and_unplaced() -> None:
     assert rep.final_clock_ns == {0: 89, 1: 79}
     assert rep.ideal_runtime_ns == 89
     assert rep.messages == 2 and rep.messages_unplaced == 1   # recv end 45: in no call
+
+
+def test_gpu_code_host_tree_uses_device_offload(tmp_path: Path) -> None:
+    """Host side of a GPU code (TALP's hierarchy), no MPI, T = 100 ms (the steps).
+
+    Rank 0 waits 60 ms in cudaStreamSynchronize [30, 90), rank 1 40 ms [40, 80): useful
+    40 and 60 ms (step time minus synchronisation). Outside MPI = 100 ms on both ranks, so
+    load balance 1, communication efficiency 1, device offload = (40 + 60) / 200 = 0.5,
+    parallel efficiency = mean useful / T = 50 / 100 = 0.5.
+    """
+    builders = []
+    for rank, (sync_start, sync_ms) in {0: (30, 60), 1: (40, 40)}.items():
+        b = TraceBuilder(rank, 2, base_time_ns=BASE, profiler_markers=False)
+        b.step(0, 0, 100 * MS)
+        b.launch("gemm", 1 * MS, 10_000, 5 * MS, 20 * MS)
+        b.sync(sync_start * MS, sync_ms * MS, 25 * MS, 1_000)
+        builders.append(b)
+    write_multi_rank(tmp_path / "g", builders)
+    trace = traceatlas.open(traceatlas.ingest(tmp_path / "g", tmp_path / "s", align="start"))
+    v = _values(analysis.run("efficiency", trace))
+    assert v["host_runtime_ns"] == 100 * MS
+    assert v["host_load_balance"] == pytest.approx(1.0, abs=1e-12)
+    assert v["host_communication_efficiency"] == pytest.approx(1.0, abs=1e-12)
+    assert v["device_offload_efficiency"] == pytest.approx(0.5, abs=1e-12)
+    assert v["host_parallel_efficiency"] == pytest.approx(0.5, abs=1e-12)
+    rows = analysis.run("efficiency", trace).table
+    parent = dict(zip(rows["metric"], rows["parent"], strict=True))
+    assert parent["device_offload_efficiency"] == "host_parallel_efficiency"

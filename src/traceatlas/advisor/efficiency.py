@@ -32,8 +32,11 @@ NEXT: Mapping[str, tuple[str, str]] = {
                             "overlap them with compute.", "comm_matrix"),
     "orchestration_efficiency": ("The device has nothing to run: look at idle time "
                                  "waiting for the host.", "idle"),
-    "offload_efficiency": ("Work runs on the host that could run on the device, or the "
-                           "device waits for the host.", "breakdown"),
+    "offload_efficiency": ("The host spends this share of its time outside MPI in "
+                           "device synchronisations and runtime calls instead of its own "
+                           "work: expected while the GPU is the bottleneck (check the "
+                           "device side first); otherwise overlap host work with device "
+                           "work and remove synchronisations.", "idle"),
 }
 """Metric suffix -> (next step, analysis that zooms in)."""
 

@@ -41,10 +41,14 @@ union of rank p): ``host_mpi_load_balance`` = mean/max OutMPI, ``host_mpi_commun
 efficiency`` = max OutMPI / T, ``host_mpi_parallel_efficiency`` = product; OpenMP level =
 hybrid / MPI for LB, CommE and PE.
 
-``device_offload_efficiency`` (host side, GPU codes; TALP v1 formula, A.3): on each
-rank's main host thread (the thread with the most covered time), active = covered time
-outside MPI, G = time in device-runtime calls (runtime, driver, sync); DOE = sum_p
-(active - G) / sum_p active.
+GPU codes (host threads spend time in device-runtime calls: runtime, driver, sync): the
+host tree follows TALP's hierarchy, host_parallel_efficiency = load balance x
+communication efficiency x ``device_offload_efficiency``, where load balance and
+communication efficiency are taken from MPI's point of view on OutMPI_p = T_p - (MPI
+union of rank p) (waiting for the device is not communication), and
+``device_offload_efficiency`` = sum_p U_p / sum_p OutMPI_p (the share of the time outside
+MPI that the host does useful work instead of waiting for or driving the device). The
+product is still mean U / T. SerE = max OutMPI / T^ideal there, so CommE = SerE x TE.
 
 Device side (B.2; per physical device = (rank, device); streams flattened): Useful_d =
 union of compute kernels (category ``kernel``; with ``nccl_useful=true`` also
@@ -340,14 +344,25 @@ def _host(trace: Trace, view: Trace, region: Region, rows: Rows, notes: list[str
     useful = [int(proc_u.get(r, 0)) for r in ranks]
     T = region.runtime_ns
     mean_u, max_u = sum(useful) / len(useful), max(useful)
-    lb, comm_e = _ratio(mean_u, max_u), _ratio(max_u, T)
-    rows.add("host", "host_parallel_efficiency", _mul(lb, comm_e))
+    offload = int(per_t["gpu_ns"].sum()) > 0
+    # GPU code (TALP's host hierarchy): load balance and communication efficiency from
+    # MPI's point of view (time outside MPI; waiting for the device counts there), and
+    # device offload efficiency = useful / outside-MPI time. The product is still
+    # mean useful / T.
+    basis = ([t_rank.get(r, T) - int(rank_mpi.get(r, 0)) for r in ranks] if offload
+             else useful)
+    mean_b, max_b = sum(basis) / len(basis), max(basis)
+    lb, comm_e = _ratio(mean_b, max_b), _ratio(max_b, T)
+    doe = _ratio(sum(useful), sum(basis)) if offload else None
+    rows.add("host", "host_parallel_efficiency", _mul(lb, comm_e, doe) if offload
+             else _mul(lb, comm_e))
     rows.add("host", "host_load_balance", lb, "host_parallel_efficiency", 1)
     rows.add("host", "host_communication_efficiency", comm_e, "host_parallel_efficiency", 1)
-    _replay_rows(trace, view, region, ranks, max_u, rows, notes)
+    if offload:
+        rows.add("host", "device_offload_efficiency", doe, "host_parallel_efficiency", 1)
+    _replay_rows(trace, view, region, ranks, max_b, rows, notes)
     _hybrid_rows(per_t, ranks, rank_mpi, t_rank, T, bool(state_ranks)
                  or _has(view, "openmp"), rows)
-    _offload_rows(per_t, rows)
     rows.add("host", "host_runtime_ns", T)
     rows.add("host", "host_useful_mean_ns", mean_u)
     rows.add("host", "host_useful_max_ns", max_u)
@@ -433,19 +448,6 @@ def _hybrid_rows(per_t: pl.DataFrame, ranks: list[int], rank_mpi: dict[int, int]
     rows.add("host", "host_openmp_load_balance", o_lb, "host_openmp_parallel_efficiency", 2)
     rows.add("host", "host_openmp_communication_efficiency", o_ce,
              "host_openmp_parallel_efficiency", 2)
-
-
-def _offload_rows(per_t: pl.DataFrame, rows: Rows) -> None:
-    """Device offload efficiency (TALP v1) on each rank's main host thread."""
-    if per_t["gpu_ns"].sum() == 0:
-        return
-    main = (per_t.sort(["rank", "covered_ns", "track_id"], descending=[False, True, False])
-            .group_by("rank", maintain_order=True).first())
-    active = (main["covered_ns"] - main["mpi_ns"]).clip(lower_bound=0)
-    gpu = main["gpu_ns"].zip_with(main["gpu_ns"] < active, active)
-    total = int(active.sum())
-    rows.add("host", "device_offload_efficiency",
-             _ratio(total - int(gpu.sum()), total))
 
 
 # -- device side ----------------------------------------------------------------------------
