@@ -36,7 +36,9 @@ def trace(request: pytest.FixtureRequest, traces_dir: Path,
 
 def test_ranked_findings(trace: tuple[str, traceatlas.Trace]) -> None:
     name, t = trace
-    table = analysis.run("advisor", t, {"top": "0"}).table
+    result = analysis.run("advisor", t, {"top": "0"})
+    table = result.table
+    assert not [n for n in result.notes if "efficiency analysis failed" in n], result.notes
     assert table.columns == COLUMNS
     assert table.height >= 1, name
     costs = table["cost_ns"].to_list()

@@ -101,7 +101,11 @@ def _close(a: list[tuple[int, ...]], b: list[tuple[int, ...]]) -> bool:
         for x, y in zip(ra, rb, strict=True))
 
 
-@pytest.mark.parametrize("rel", _kineto_files())
+_MISSING = [pytest.param("<traces missing>", id="traces-missing")]
+"""Keeps the parametrized tests (and their traces_dir failure in CI) when no trace is found."""
+
+
+@pytest.mark.parametrize("rel", _kineto_files() or _MISSING)
 def test_kineto_breakdown_matches_plain_unions(traces_dir: Path, rel: str,
                                                tmp_path: Path) -> None:
     path = traces_dir / rel
@@ -139,7 +143,7 @@ def _nsys_reference(path: Path) -> list[tuple[int, int, int, int, int]]:
     return sorted(_values(*g) for g in groups.values())
 
 
-@pytest.mark.parametrize("rel", _nsys_files())
+@pytest.mark.parametrize("rel", _nsys_files() or _MISSING)
 def test_nsys_breakdown_matches_plain_unions(traces_dir: Path, rel: str,
                                              tmp_path: Path) -> None:
     path = traces_dir / rel

@@ -186,3 +186,28 @@ def test_unknown_policy_is_a_clear_error(tmp_path: Path) -> None:
 def test_single_file_is_never_shifted(tmp_path: Path, policy: str) -> None:
     trace = _ingest(tmp_path, [_rank(0, 1, SKEW[3])], align=policy)
     assert trace.manifest["clock"]["0"]["offset_ns"] == 0
+
+
+def test_rank_missing_the_first_collective_is_not_shifted_by_an_iteration(
+    tmp_path: Path,
+) -> None:
+    """Rank 1's profile starts one all-reduce late (5 recorded instead of 6). Pairing by
+    occurrence would match each of its collectives with the previous one on rank 0 and
+    apply an offset of about one iteration (1.2-1.9 ms here) with no spread; the series
+    is skipped instead, with a warning, and rank 1 keeps its recorded times."""
+    b0 = _rank(0, 2, 0)
+    b1 = TraceBuilder(1, 2, base_time_ns=BASE + SKEW[1], profiler_markers=False)
+    coll = Collective("allreduce", 1024, 1024, group_ranks=(0, 1), pg_name="0")
+    for k, end in enumerate(COLL_END[1:], start=1):
+        start = end - 300_000
+        b1.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", start - 20_000, 5_000, start,
+                  end - start, collective=coll)
+    paths = [b.write(tmp_path / f"rank-{b.rank}.json") for b in (b0, b1)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trace = traceatlas.open(traceatlas.ingest(paths, tmp_path / "store"))
+    clock = trace.manifest["clock"]["1"]
+    assert clock["offset_ns"] == 0
+    assert "refinement" not in clock or not clock["refinement"]["applied"]
+    messages = [str(w.message) for w in caught if issubclass(w.category, DataQualityWarning)]
+    assert any("different number of times" in m and "rank 1" in m for m in messages), messages

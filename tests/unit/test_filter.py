@@ -6,7 +6,6 @@ the builder calls below (times in ns relative to BASE), never copied from librar
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -301,8 +300,6 @@ def test_cli_filter_then_export(trace: traceatlas.Trace, tmp_path: Path) -> None
     assert result.exit_code == 0, result.output
     events = json.loads(chrome.read_text())["traceEvents"]
     assert sorted(e["dur"] for e in events if e["ph"] == "X") == [6000.0, 7000.0]
-    if importlib.util.find_spec("traceatlas.export.paraver") is None:
-        pytest.skip("traceatlas.export.paraver is not written yet")
     prv = tmp_path / "coll.prv"
     result = runner.invoke(app, ["export", str(small), "--to", "paraver", "-o", str(prv)])
     assert result.exit_code == 0, result.output

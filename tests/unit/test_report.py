@@ -31,6 +31,9 @@ BASE = 1_700_000_000_000_000_000
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sample_trace"
 
+# A broken analysis only warns in the CLI; in these tests it must fail.
+pytestmark = pytest.mark.filterwarnings("error:report.*failed:RuntimeWarning")
+
 
 def _write_trace(directory: Path) -> Path:
     """Two ranks, ns after BASE. Steps 1 [0, 50k) and 2 [50k, 100k) on both ranks.
@@ -284,12 +287,22 @@ def test_cli_report_several_runs(trace_dir: Path, tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout[res.stdout.index("{"):].splitlines()[0])
     assert len(doc["runs"]) == 2
-    assert doc["scalability"] or "scalability" in doc["missing"]
+    # Two identical 2-rank runs: the work ratio (U/U_ref)/(P/P_ref) is 1 (> 0.75: weak
+    # scaling), so computational scalability and speedup are 1 and global efficiency
+    # equals each run's parallel efficiency.
+    rows = doc["scalability"]
+    assert [r["ranks"] for r in rows] == [2, 2]
+    for r in rows:
+        assert r["scaling"] == "weak" and r["scaling_ratio"] == pytest.approx(1.0)
+        assert r["computational_scalability"] == pytest.approx(1.0)
+        assert r["speedup"] == pytest.approx(1.0)
+        assert r["global_efficiency"] == pytest.approx(r["parallel_efficiency"])
 
 
 def test_cli_report_bad_format(trace_dir: Path) -> None:
     res = CliRunner().invoke(app, ["report", str(trace_dir), "--format", "csv"])
-    assert res.exit_code != 0
+    assert res.exit_code == 2
+    assert "csv" in res.output
 
 
 def test_demo_writes_html_from_repo_sample(tmp_path: Path,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from traceatlas.errors import MissingDataError
+from traceatlas.errors import MissingDataError, TraceAtlasError
 
 if TYPE_CHECKING:
     import polars as pl
@@ -97,7 +97,7 @@ class Context:
             self._efficiency = {}
             try:
                 result = self.result("efficiency")
-            except Exception as err:  # the advisor works without it (written concurrently)
+            except TraceAtlasError as err:  # e.g. a region the model cannot use
                 self.notes.append(f"efficiency analysis failed, severities are the rules' "
                                   f"own estimates: {type(err).__name__}: {err}")
                 result = None

@@ -76,6 +76,10 @@ class Estimate:
     matches: int
     spread_ns: int
     evidence: str
+    skipped: tuple[str, ...] = ()
+    """Event series not used: their number of occurrences differs from the aligned
+    ranks' (a profile window that starts or ends one collective apart would pair every
+    event with the wrong one, an offset of one iteration with no spread at all)."""
 
 
 def domains(ranks: Iterable[RankClock]) -> dict[int, str]:
@@ -132,7 +136,8 @@ def estimate(
 
     Aligned domains pool their (shifted) event ends; each other domain is compared with
     the pool, so a domain that shares no event with the reference can still be chained
-    through one that does. Linear in the number of events.
+    through one that does. A series (name, process group) is only matched by occurrence
+    when the rank has as many occurrences as the pool. Linear in the number of events.
     """
     ends: dict[int, dict[str, int]] = {}
     kind: dict[str, str] = {}
@@ -150,35 +155,61 @@ def estimate(
     out: dict[str, Estimate | None] = {d: None for d in members}
     out[ref] = Estimate(0, 0, 0, "reference")
     pool: dict[str, int] = {}
-    _add_to_pool(pool, members[ref], ends, 0)
+    pool_counts: dict[str, int] = {}
+    _add_to_pool(pool, pool_counts, members[ref], ends, 0)
     pending = [d for d in members if d != ref]
+    unmatched: dict[str, tuple[str, ...]] = {}
     progress = True
     while pending and progress:
         progress = False
         for d in list(pending):
             diffs: list[int] = []
             used: set[str] = set()
+            skipped: set[str] = set()
             for b in members[d]:
+                counts = _series_counts(ends.get(b, {}))
                 for k, e in ends.get(b, {}).items():
-                    if k in pool:
+                    series = _series(k)
+                    if series in pool_counts and counts[series] != pool_counts[series]:
+                        skipped.add(series.replace("\x1f", " in group ").rstrip())
+                    elif k in pool:
                         diffs.append(pool[k] - e)
                         used.add(kind[k])
             if not diffs:
+                unmatched[d] = tuple(sorted(skipped))
                 continue
             med = int(statistics.median_low(diffs))
             spread = int(statistics.median_low([abs(x - med) for x in diffs]))
             label = " and ".join(_EVIDENCE[k] for k in sorted(used))
-            out[d] = Estimate(med, len(diffs), spread, label)
-            _add_to_pool(pool, members[d], ends, med)
+            out[d] = Estimate(med, len(diffs), spread, label, tuple(sorted(skipped)))
+            _add_to_pool(pool, pool_counts, members[d], ends, med)
             pending.remove(d)
             progress = True
+    for d in pending:  # no usable evidence; keep what was skipped, for the warning
+        if unmatched.get(d):
+            out[d] = Estimate(0, 0, 0, "none", unmatched[d])
     return out
 
 
+def _series(key: str) -> str:
+    """``name<sep>group`` of an event key ``name<sep>group<sep>occurrence``."""
+    return key.rsplit("\x1f", 1)[0]
+
+
+def _series_counts(rank_ends: Mapping[str, int]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for k in rank_ends:
+        counts[_series(k)] = counts.get(_series(k), 0) + 1
+    return counts
+
+
 def _add_to_pool(
-    pool: dict[str, int], ranks: list[int], ends: Mapping[int, Mapping[str, int]], off: int
+    pool: dict[str, int], pool_counts: dict[str, int], ranks: list[int],
+    ends: Mapping[int, Mapping[str, int]], off: int,
 ) -> None:
     for r in ranks:
+        for series, n in _series_counts(ends.get(r, {})).items():
+            pool_counts.setdefault(series, n)
         for k, e in ends.get(r, {}).items():
             pool.setdefault(k, e + off)
 
@@ -215,6 +246,9 @@ def align(store: Path, ranks: list[RankClock], policy: str = "auto") -> list[str
         est = ests[dom[rc.rank]]
         if est is None or est.evidence == "reference":
             continue
+        if est.matches == 0:
+            rc.clock["unmatched_series"] = list(est.skipped)
+            continue
         applied = decide(est, all(by_rank[r].absolute for r in by_rank
                                   if dom[r] == dom[rc.rank]), policy)
         rc.clock["refinement"] = {
@@ -222,13 +256,24 @@ def align(store: Path, ranks: list[RankClock], policy: str = "auto") -> list[str
             "estimated_offset_ns": est.offset_ns, "spread_ns": est.spread_ns,
             "applied": applied,
         }
+        if est.skipped:
+            rc.clock["refinement"]["unmatched_series"] = list(est.skipped)
         if applied and est.offset_ns:
             offsets[rc.rank] = est.offset_ns
             rc.clock["offset_ns"] = est.offset_ns
             rc.clock["method"] = f"{rc.clock.get('method', 'none')} + {est.evidence}"
     if offsets:
         shift_store(store, offsets)
-    return _no_evidence(ranks)
+    mismatched = []
+    for rc in ranks:
+        series = (rc.clock.get("refinement", {}).get("unmatched_series")
+                  or rc.clock.get("unmatched_series"))
+        if series:
+            mismatched.append(
+                f"{rc.source}: rank {rc.rank}: event series recorded a different number of "
+                f"times than on the aligned ranks, not used for clock alignment: "
+                f"{', '.join(series[:3])}")
+    return mismatched + _no_evidence(ranks)
 
 
 def _no_evidence(ranks: list[RankClock]) -> list[str]:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from traceatlas._version import __version__
+from traceatlas.errors import TraceAtlasError
 from traceatlas.report import overview
 from traceatlas.report.results import Results, Unavailable
 
@@ -280,19 +281,13 @@ def _steps(run: RunReport, results: Results) -> None:
 def _scalability(runs: list[tuple[str, Trace]], caches: list[Results]) -> list[dict[str, Any]]:
     """The scalability table; the runs' efficiency results are handed over when the
     function accepts them (``efficiency=``), so they are not computed twice."""
-    try:
-        from traceatlas.analysis.scalability import (  # type: ignore[import-not-found,unused-ignore]
-            scalability,
-        )
-    except ImportError:
-        raise Unavailable("the scalability model is not installed") from None
+    from traceatlas.analysis.scalability import scalability
+
     kwargs: dict[str, Any] = {}
     if "efficiency" in inspect.signature(scalability).parameters:
         kwargs["efficiency"] = [c.get("efficiency") for c in caches]
     try:
         table: pl.DataFrame = scalability(runs, **kwargs).table
-    except Unavailable:
-        raise
-    except Exception as exc:  # TraceAtlasError, or a model that cannot compare these runs
+    except TraceAtlasError as exc:  # e.g. runs the model cannot compare
         raise Unavailable(f"{type(exc).__name__}: {exc}") from None
     return [dict(r) for r in table.iter_rows(named=True)]
