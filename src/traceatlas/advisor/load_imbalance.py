@@ -63,6 +63,9 @@ def _host(ctx: Context) -> Finding | None:
         return None
     table = profile.table.filter(~profile.table["category"].is_in(RUNTIME_CATEGORIES))
     useful = {r: v for r, v in per_rank_sum(table, "exclusive_ns").items() if v > 0}
+    model = _model_useful(ctx)
+    if model:  # the efficiency model's useful time (Paraver: the Running state)
+        useful = model
     found = _imbalance(useful)
     if found is None:
         return None
@@ -70,10 +73,20 @@ def _host(ctx: Context) -> Finding | None:
     excess = _excess(table.rename({"exclusive_ns": "total_ns"}), rank, len(useful))
     return _finding(ctx, "Load imbalance", "computes outside MPI", rank, useful, mean,
                     balance, excess, "host_load_balance",
-                    "useful time per rank (exclusive time outside MPI/OpenMP)",
+                    "useful time per rank (the efficiency model's; without it, exclusive time outside MPI/OpenMP)",
                     "Rebalance the domain decomposition or work distribution so rank {r} "
                     "gets less; the other ranks wait for it in MPI.",
                     ctx.command("load_imbalance", "-p", "num_ranks=3"))
+
+
+def _model_useful(ctx: Context) -> dict[int, int]:
+    """Host useful time per rank from the efficiency model (whole run), when it ran."""
+    result = ctx.result("efficiency")
+    if result is None or "per_rank" not in result.extra:
+        return {}
+    rows = result.extra["per_rank"]
+    rows = rows.filter((rows["side"] == "host") & (rows["scope"] == "run"))
+    return {r: v for r, v in per_rank_sum(rows, "useful_ns").items() if v > 0}
 
 
 def _imbalance(values: dict[int, int]) -> tuple[int, float, float] | None:

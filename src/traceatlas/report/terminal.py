@@ -111,7 +111,10 @@ def run_lines(run: RunReport, budget: int) -> list[Text]:
     if run.findings:
         lines += finding_lines(run, budget - len(lines) - 1)
     else:
-        lines.append(Text(f"  not available: {run.missing.get('findings', 'none')}", "dim"))
+        reason = run.missing.get("findings")
+        lines.append(Text(f"  not available: {reason}" if reason else
+                          "  none: no finding costs more than the advisor's threshold "
+                          "(1% of the run)", "dim"))
     return lines
 
 
@@ -135,8 +138,10 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def renderable(data: ReportData, max_lines: int = MAX_LINES) -> RenderableType:
-    """The terminal report; fits in ``max_lines`` lines at 100 columns or more."""
+def renderable(data: ReportData, max_lines: int = MAX_LINES, *,
+               html_hint: bool = True) -> RenderableType:
+    """The terminal report; fits in ``max_lines`` lines at 100 columns or more.
+    ``html_hint``: end with how to get the HTML report (off when it is being written)."""
     parts: list[RenderableType] = []
     budget = max_lines - 2
     if len(data.runs) > 1:
@@ -152,7 +157,8 @@ def renderable(data: ReportData, max_lines: int = MAX_LINES) -> RenderableType:
             parts.append(run_summary(run))
             budget -= 1
     parts += run_lines(data.runs[-1], budget)
-    parts.append(Text("Full report with plots: add -o report.html", style="dim"))
+    if html_hint:
+        parts.append(Text("Full report with plots: add -o report.html", style="dim"))
     return Group(*parts)
 
 
