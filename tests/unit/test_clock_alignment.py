@@ -198,7 +198,7 @@ def test_rank_missing_the_first_collective_is_not_shifted_by_an_iteration(
     b0 = _rank(0, 2, 0)
     b1 = TraceBuilder(1, 2, base_time_ns=BASE + SKEW[1], profiler_markers=False)
     coll = Collective("allreduce", 1024, 1024, group_ranks=(0, 1), pg_name="0")
-    for k, end in enumerate(COLL_END[1:], start=1):
+    for end in COLL_END[1:]:
         start = end - 300_000
         b1.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", start - 20_000, 5_000, start,
                   end - start, collective=coll)

@@ -73,7 +73,8 @@ def _host(ctx: Context) -> Finding | None:
     excess = _excess(table.rename({"exclusive_ns": "total_ns"}), rank, len(useful))
     return _finding(ctx, "Load imbalance", "computes outside MPI", rank, useful, mean,
                     balance, excess, "host_load_balance",
-                    "useful time per rank (the efficiency model's; without it, exclusive time outside MPI/OpenMP)",
+                    "useful time per rank (the efficiency model's; without it, exclusive "
+                    "time outside MPI/OpenMP)",
                     "Rebalance the domain decomposition or work distribution so rank {r} "
                     "gets less; the other ranks wait for it in MPI.",
                     ctx.command("load_imbalance", "-p", "num_ranks=3"))
