@@ -219,6 +219,14 @@ def test_replay_chain_and_unplaced() -> None:
     assert rep.final_clock_ns == {0: 89, 1: 79}
     assert rep.ideal_runtime_ns == 89
     assert rep.messages == 2 and rep.messages_unplaced == 1   # recv end 45: in no call
+    assert rep.messages_outside == 0
+    # Two more: received after the window (150) and from rank 2 (not replayed): counted.
+    more = pl.concat([msgs, pl.DataFrame({"src_rank": [0, 2], "dst_rank": [1, 0],
+                                          "send_start_ns": [10, 40],
+                                          "recv_end_ns": [150, 59]})])
+    again = ideal_replay(mpi, more, [0, 1], (0, 100))
+    assert again.final_clock_ns == {0: 89, 1: 79}
+    assert again.messages_outside == 2 and again.messages == 2
 
 
 def test_gpu_code_host_tree_uses_device_offload(tmp_path: Path) -> None:

@@ -416,6 +416,10 @@ def _replay_rows(trace: Trace, view: Trace, region: Region, ranks: list[int], ma
     notes.append(f"ideal-network replay: {rep.blocks} MPI blocks, {rep.messages} messages, "
                  f"{rep.collective_instances} collective instances; T^ideal "
                  f"{rep.ideal_runtime_ns} ns of T {T} ns")
+    if rep.messages_outside:
+        notes.append(f"{rep.messages_outside} messages not used by the replay: received "
+                     "outside the window, sent before it, or between ranks without host "
+                     "activity")
     if rep.messages_unplaced:
         notes.append(f"{rep.messages_unplaced} messages end outside any MPI call of the "
                      "receiver: not used as replay dependencies")

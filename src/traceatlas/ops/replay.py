@@ -70,6 +70,9 @@ class Replay:
     """Messages whose receive end lies in no MPI block of the receiver (ignored)."""
     collective_instances: int
     """Collective instances used as dependencies."""
+    messages_outside: int = 0
+    """Messages not used because their receive ends outside the window, a side is not a
+    replayed rank, or the send starts before the window (ignored)."""
 
 
 def ideal_replay(mpi: pl.DataFrame, messages: pl.DataFrame, ranks: list[int],
@@ -98,6 +101,7 @@ def ideal_replay(mpi: pl.DataFrame, messages: pl.DataFrame, ranks: list[int],
     # Receives: the block of the receiver holding recv_end; the sender's point.
     msgs = messages.filter(pl.col("recv_end_ns").is_between(w0, w1)
                            & pl.col("dst_rank").is_in(ranks) & pl.col("src_rank").is_in(ranks))
+    outside = messages.height - msgs.height
     recv_block = _locate(rank, start, end, msgs["dst_rank"].to_numpy(),
                          msgs["recv_end_ns"].to_numpy(), inside_only=True)
     send_t = msgs["send_start_ns"].to_numpy().astype(np.int64)
@@ -107,6 +111,7 @@ def ideal_replay(mpi: pl.DataFrame, messages: pl.DataFrame, ranks: list[int],
     unplaced = int((~placed).sum())
     after_w0 = send_t >= w0
     use = placed & after_w0
+    outside += int((placed & ~after_w0).sum())
     recv_block, send_block, send_t = recv_block[use], send_block[use], send_t[use]
     # Sender clock = base + D[dep_of]: inside block k -> U_k + D[prev k]; after block k ->
     # U_k + (t - end_k) + D[k]; before any block of the sender -> t - w0.
@@ -181,7 +186,7 @@ def ideal_replay(mpi: pl.DataFrame, messages: pl.DataFrame, ranks: list[int],
     return Replay(
         ideal_runtime_ns=max(final.values(), default=0), final_clock_ns=final,
         bursts_ns=bursts, blocks=n, dependent_blocks=len(order), messages=int(use.sum()),
-        messages_unplaced=unplaced, collective_instances=n_inst,
+        messages_unplaced=unplaced, collective_instances=n_inst, messages_outside=outside,
     )
 
 
