@@ -255,3 +255,49 @@ def test_gpu_code_host_tree_uses_device_offload(tmp_path: Path) -> None:
     rows = analysis.run("efficiency", trace).table
     parent = dict(zip(rows["metric"], rows["parent"], strict=True))
     assert parent["device_offload_efficiency"] == "host_parallel_efficiency"
+
+
+HYBRID_PCF = """STATES
+0    Idle
+1    Running
+
+EVENT_TYPE
+9    50000002    MPI Collective Comm
+VALUES
+0   Outside MPI
+10  MPI_Allreduce
+"""
+
+
+def test_hybrid_mpi_openmp_split(tmp_path: Path) -> None:
+    """2 ranks x 2 threads (Paraver states), T = 100 ns; useful = Running state.
+
+    rank 0: thread 1 Running [0, 80), MPI_Allreduce [80, 100); thread 2 Running [0, 60)
+    rank 1: thread 1 Running [0, 70), MPI_Allreduce [70, 100); thread 2 Running [0, 30)
+    Threads: U = 80, 60, 70, 30 -> hybrid LB = 60/80 = 0.75, CommE = 80/100 = 0.8,
+    PE = 0.6. MPI level: OutMPI = 100 - 20 = 80 and 100 - 30 = 70 -> LB = 75/80 = 0.9375,
+    CommE = 0.8, PE = 0.75. OpenMP level = hybrid / MPI: LB 0.8, CommE 1.0, PE 0.8
+    (0.75 x 0.8 = 0.6).
+    """
+    body = [
+        "1:1:1:1:1:0:80:1", "1:1:1:1:1:80:100:0", "1:1:1:1:2:0:60:1", "1:1:1:1:2:60:100:0",
+        "1:1:1:2:1:0:70:1", "1:1:1:2:1:70:100:0", "1:1:1:2:2:0:30:1", "1:1:1:2:2:30:100:0",
+        "2:1:1:1:1:80:50000002:10", "2:1:1:1:1:100:50000002:0",
+        "2:1:1:2:1:70:50000002:10", "2:1:1:2:1:100:50000002:0",
+    ]
+    prv = tmp_path / "hybrid.prv"
+    prv.write_text("#Paraver (01/01/25 at 00:00):100_ns:0:1:2(2:1,2:1)\n"
+                   + "\n".join(body) + "\n")
+    prv.with_suffix(".pcf").write_text(HYBRID_PCF)
+    trace = traceatlas.open(traceatlas.ingest(prv, tmp_path / "s"))
+    v = _values(analysis.run("efficiency", trace))
+    expected = {
+        "host_hybrid_parallel_efficiency": 0.6, "host_hybrid_load_balance": 0.75,
+        "host_hybrid_communication_efficiency": 0.8,
+        "host_mpi_parallel_efficiency": 0.75, "host_mpi_load_balance": 0.9375,
+        "host_mpi_communication_efficiency": 0.8,
+        "host_openmp_parallel_efficiency": 0.8, "host_openmp_load_balance": 0.8,
+        "host_openmp_communication_efficiency": 1.0,
+    }
+    for metric, value in expected.items():
+        assert v[metric] == pytest.approx(value, abs=1e-12), metric
