@@ -36,6 +36,7 @@ from traceatlas.advisor import (
 from traceatlas.analysis import registry
 from traceatlas.cli.main import app
 from traceatlas.testing import Collective, TraceBuilder, write_multi_rank
+from traceatlas.testing.paraver_text import message, mpi_call, write_prv
 
 BASE = 1_700_000_000_000_000_000
 MS = 1_000_000
@@ -231,7 +232,7 @@ def test_bimodal_rule(tmp_path: Path) -> None:
 
 def test_late_sender_rule(tmp_path: Path) -> None:
     # rank 1 enters MPI_Recv at 10 ms; rank 0's MPI_Send starts at 13 ms -> 3 ms late.
-    late = _region(2, RECV, 10, 14) + _region(1, SEND, 13, 13.5) + _msg(
+    late = mpi_call(2, RECV, 10, 14) + mpi_call(1, SEND, 13, 13.5) + message(
         0, 1, 13, 13.2, 10, 13.8, 100)
     (tmp_path / "a").mkdir()
     trace = traceatlas.open(traceatlas.ingest(write_prv(tmp_path / "a", late, PCF, 2),
@@ -240,7 +241,7 @@ def test_late_sender_rule(tmp_path: Path) -> None:
     assert found.cost_ns == 3 * MS
     assert "rank 1 waits 3 ms in 1 receives posted before rank 0 sent" in found.statement
     # eager: the send [30, 30.5] returns before the receive [32, 33] is posted
-    eager = _region(1, SEND, 30, 30.5) + _region(2, RECV, 32, 33) + _msg(
+    eager = mpi_call(1, SEND, 30, 30.5) + mpi_call(2, RECV, 32, 33) + message(
         0, 1, 30, 30.2, 32, 32.5, 8)
     (tmp_path / "b").mkdir()
     trace = traceatlas.open(traceatlas.ingest(write_prv(tmp_path / "b", eager, PCF, 2),
@@ -259,30 +260,6 @@ VALUES
 2   MPI_Recv
 """
 SEND, RECV = 1, 2
-
-
-def _region(task: int, value: int, start_ms: float, end_ms: float) -> str:
-    """Paraver begin/end records of an MPI call on ``task`` (1-based), times in ms."""
-    s, e = int(start_ms * MS), int(end_ms * MS)
-    return (f"2:{task}:1:{task}:1:{s}:50000001:{value}\n"
-            f"2:{task}:1:{task}:1:{e}:50000001:0\n")
-
-
-def _msg(src: int, dst: int, ls: float, ps: float, lr: float, pr: float, size: int) -> str:
-    """Paraver message record (logical/physical send, logical/physical receive, ms)."""
-    t = [int(x * MS) for x in (ls, ps, lr, pr)]
-    return (f"3:{src + 1}:1:{src + 1}:1:{t[0]}:{t[1]}:{dst + 1}:1:{dst + 1}:1:"
-            f"{t[2]}:{t[3]}:{size}:1\n")
-
-
-def write_prv(tmp: Path, body: str, pcf: str, tasks: int) -> Path:
-    """A one-application Paraver trace (unit ns, 100 ms), one thread per task."""
-    prv = tmp / "t.prv"
-    threads = ",".join("1:0" for _ in range(tasks))
-    prv.write_text(f"#Paraver (01/02/2024 at 10:00):{100 * MS}_ns:0:1:{tasks}({threads})\n"
-                   f"{body}")
-    (tmp / "t.pcf").write_text(pcf)
-    return prv
 
 
 SYS = 5_000_000_000
@@ -358,7 +335,7 @@ def test_efficiency_severity_and_unexplained_metrics(tmp_path: Path) -> None:
 def test_rules_skip_missing_data(tmp_path: Path) -> None:
     (tmp_path / "p").mkdir()
     trace = traceatlas.open(traceatlas.ingest(
-        write_prv(tmp_path / "p", _region(1, RECV, 1, 2), PCF, 1), tmp_path / "s"))
+        write_prv(tmp_path / "p", mpi_call(1, RECV, 1, 2), PCF, 1), tmp_path / "s"))
     ctx = Context(trace)
     # no device data, no messages: every rule is silent (an efficiency below 0.8 may
     # still be reported from the efficiency analysis: the run is all MPI_Recv)

@@ -14,6 +14,7 @@ from traceatlas import analysis
 from traceatlas.cli.main import app
 from traceatlas.errors import MissingDataError
 from traceatlas.testing import TraceBuilder
+from traceatlas.testing.paraver_text import write_prv
 
 PCF = """STATES
 1    Running
@@ -38,18 +39,10 @@ BODY = """1:1:1:1:1:0:1000:1
 #   m5 0 -> 2     0 B  send 950  recv end 960
 
 
-def write_prv(tmp: Path, body: str, pcf: str, tasks: int = 3, end: int = 1000) -> Path:
-    """A one-application Paraver trace (unit ns), one thread per task, with .pcf."""
-    prv = tmp / "t.prv"
-    threads = ",".join("1:0" for _ in range(tasks))
-    prv.write_text(f"#Paraver (01/02/2024 at 10:00):{end}_ns:0:1:{tasks}({threads})\n{body}")
-    (tmp / "t.pcf").write_text(pcf)
-    return prv
-
-
 @pytest.fixture
 def trace(tmp_path: Path) -> traceatlas.Trace:
-    return traceatlas.open(traceatlas.ingest(write_prv(tmp_path, BODY, PCF), tmp_path / "s"))
+    prv = write_prv(tmp_path, BODY, PCF, end_ns=1000)
+    return traceatlas.open(traceatlas.ingest(prv, tmp_path / "s"))
 
 
 def test_comm_matrix(trace: traceatlas.Trace) -> None:

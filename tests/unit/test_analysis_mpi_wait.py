@@ -17,6 +17,7 @@ from traceatlas import analysis
 from traceatlas.cli.main import app
 from traceatlas.errors import MissingDataError
 from traceatlas.testing import TraceBuilder
+from traceatlas.testing.paraver_text import message, mpi_call, write_prv
 
 MS = 1_000_000
 PCF = """STATES
@@ -33,52 +34,29 @@ VALUES
 """
 
 
-def _region(task: int, value: int, start_ms: float, end_ms: float) -> str:
-    """Begin and end records of an MPI call (type 50000001) on task ``task``."""
-    s, e = int(start_ms * MS), int(end_ms * MS)
-    return (f"2:{task}:1:{task}:1:{s}:50000001:{value}\n"
-            f"2:{task}:1:{task}:1:{e}:50000001:0\n")
-
-
-def _msg(src: int, dst: int, ls: float, ps: float, lr: float, pr: float, size: int) -> str:
-    """Type-3 record; tasks are 1-based (rank + 1); times in ms."""
-    t = [int(x * MS) for x in (ls, ps, lr, pr)]
-    return (f"3:{src + 1}:1:{src + 1}:1:{t[0]}:{t[1]}:{dst + 1}:1:{dst + 1}:1:"
-            f"{t[2]}:{t[3]}:{size}:1\n")
-
-
 SEND, RECV, IRECV, WAIT = 1, 2, 4, 5
 BODY = "".join([
     # (a) late sender of 3 ms: rank 1 enters MPI_Recv at 10 ms, rank 0's MPI_Send starts
     # at 13 ms. Receiver's blocking call = the MPI_Recv holding the physical receive
     # (13.8 ms): [10, 14] -> late sender = min(13, 14) - 10 = 3 ms on rank 1.
-    _region(2, RECV, 10, 14), _region(1, SEND, 13, 13.5),
-    _msg(0, 1, 13, 13.2, 10, 13.8, 100),
+    mpi_call(2, RECV, 10, 14), mpi_call(1, SEND, 13, 13.5),
+    message(0, 1, 13, 13.2, 10, 13.8, 100),
     # (b) late receiver of 2 ms: rank 0's MPI_Send [20, 23] still runs (data leaves at
     # 22.5) when rank 1 posts MPI_Recv at 22 -> late receiver = 22 - 20 = 2 ms on rank 0.
     # Receiver side: send (20) starts before the Recv (22): no late sender.
-    _region(1, SEND, 20, 23), _region(2, RECV, 22, 23.5),
-    _msg(0, 1, 20, 22.5, 22, 23, 1 << 20),
+    mpi_call(1, SEND, 20, 23), mpi_call(2, RECV, 22, 23.5),
+    message(0, 1, 20, 22.5, 22, 23, 1 << 20),
     # (c) eager: MPI_Send [30, 30.5] returns before MPI_Recv [32, 33] is posted: nothing.
-    _region(1, SEND, 30, 30.5), _region(2, RECV, 32, 33),
-    _msg(0, 1, 30, 30.2, 32, 32.5, 8),
+    mpi_call(1, SEND, 30, 30.5), mpi_call(2, RECV, 32, 33),
+    message(0, 1, 30, 30.2, 32, 32.5, 8),
     # (d) rank 2 posts two MPI_Irecv (40 and 40.2 ms) then waits in MPI_Wait [41, 46];
     # rank 0 sends A at 43 ms, rank 1 sends B at 45 ms; both arrive during the wait.
     # Per message: A 43 - 41 = 2 ms, B 45 - 41 = 4 ms; one blocking call -> rank 2
     # counts once with the larger: 4 ms, count 1.
-    _region(3, IRECV, 40, 40.1), _region(3, IRECV, 40.2, 40.3), _region(3, WAIT, 41, 46),
-    _region(1, SEND, 43, 43.5), _region(2, SEND, 45, 45.5),
-    _msg(0, 2, 43, 43.2, 40, 43.6, 64), _msg(1, 2, 45, 45.2, 40.2, 45.6, 64),
+    mpi_call(3, IRECV, 40, 40.1), mpi_call(3, IRECV, 40.2, 40.3), mpi_call(3, WAIT, 41, 46),
+    mpi_call(1, SEND, 43, 43.5), mpi_call(2, SEND, 45, 45.5),
+    message(0, 2, 43, 43.2, 40, 43.6, 64), message(1, 2, 45, 45.2, 40.2, 45.6, 64),
 ])
-
-
-def write_prv(tmp: Path, body: str, pcf: str, tasks: int = 3, end: int = 100 * MS) -> Path:
-    """A one-application Paraver trace (unit ns), one thread per task, with .pcf."""
-    prv = tmp / "t.prv"
-    threads = ",".join("1:0" for _ in range(tasks))
-    prv.write_text(f"#Paraver (01/02/2024 at 10:00):{end}_ns:0:1:{tasks}({threads})\n{body}")
-    (tmp / "t.pcf").write_text(pcf)
-    return prv
 
 
 @pytest.fixture
@@ -114,7 +92,7 @@ def test_per_message(trace: traceatlas.Trace) -> None:
 def test_messages_without_mpi_calls_use_their_own_times(tmp_path: Path) -> None:
     # No MPI calls: the receive (10..14 ms) is its own blocking call; send starts at
     # 13 ms -> late sender 3 ms on rank 1.
-    body = _msg(0, 1, 13, 13.2, 10, 14, 100)
+    body = message(0, 1, 13, 13.2, 10, 14, 100)
     t = traceatlas.open(traceatlas.ingest(write_prv(tmp_path, body, PCF, tasks=2),
                                           tmp_path / "s"))
     result = analysis.run("mpi_wait", t)
