@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 import traceatlas
 from traceatlas.analysis import registry
 from traceatlas.cli.main import app
+from traceatlas.testing.compare import plain_union_length
 
 pytestmark = pytest.mark.realtrace
 
@@ -44,21 +45,6 @@ def _rows(trace: traceatlas.Trace, categories: Iterable[str]) -> list[dict[str, 
             .collect().to_dicts())
 
 
-def _union(intervals: list[tuple[int, int]]) -> int:
-    """Plain merge of [start, end) intervals: total covered ns."""
-    total, cur_s, cur_e = 0, None, None
-    for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None and cur_s is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None and cur_s is not None:
-        total += cur_e - cur_s
-    return total
-
-
 def test_overlap_comm_matches_breakdown_and_plain_union(gpu_trace: traceatlas.Trace) -> None:
     result = registry.run("overlap", gpu_trace)
     breakdown = registry.run("breakdown", gpu_trace).table
@@ -74,9 +60,9 @@ def test_overlap_comm_matches_breakdown_and_plain_union(gpu_trace: traceatlas.Tr
         (comm if r["category"] == "comm_kernel" else comp)[r["rank"]].append(iv)
     for row in result.table.to_dicts():
         c, k = comm[row["rank"]], comp[row["rank"]]
-        overlapped = _union(c) + _union(k) - _union(c + k)
+        overlapped = plain_union_length(c) + plain_union_length(k) - plain_union_length(c + k)
         assert row["overlapped_ns"] == overlapped
-        assert row["overlap_pct"] == pytest.approx(overlapped * 100 / _union(c))
+        assert row["overlap_pct"] == pytest.approx(overlapped * 100 / plain_union_length(c))
 
     # In-flight series: the integral of in_flight is the summed kernel time.
     series = result.extra["series"]
@@ -96,7 +82,7 @@ def test_idle_categories_add_up_to_span_minus_busy(gpu_trace: traceatlas.Trace) 
     for row in table.to_dicts():
         ivs = per_stream[(row["rank"], row["device"], row["stream"])]
         span = max(e for _, e in ivs) - min(s for s, _ in ivs)
-        idle = span - _union(ivs)
+        idle = span - plain_union_length(ivs)
         assert row["idle_ns"] == idle
         assert row["host_wait_ns"] + row["kernel_wait_ns"] + row["other_ns"] == idle
 

@@ -22,6 +22,7 @@ import pytest
 
 import traceatlas
 from traceatlas import analysis
+from traceatlas.testing.compare import plain_union_length
 
 pytestmark = pytest.mark.realtrace
 
@@ -33,20 +34,11 @@ TOLERANCE_NS = 1_000
 Spans = list[tuple[int, int]]
 
 
-def _union(spans: Spans) -> int:
-    total, reach = 0, None
-    for s, e in sorted(spans):
-        if reach is None or s > reach:
-            total, reach = total + e - s, e
-        elif e > reach:
-            total, reach = total + e - reach, e
-    return total
-
-
 def _values(kernel: Spans, comm: Spans, memory: Spans) -> tuple[int, int, int, int, int]:
-    busy = _union(kernel + comm + memory)
-    kc = _union(kernel + comm)
-    return busy, _union(kernel), _union(comm), _union(memory), busy - kc
+    busy = plain_union_length(kernel + comm + memory)
+    kc = plain_union_length(kernel + comm)
+    return (busy, plain_union_length(kernel), plain_union_length(comm),
+            plain_union_length(memory), busy - kc)
 
 
 def _kineto_files() -> list[str]:

@@ -14,27 +14,13 @@ import pytest
 
 import traceatlas
 from traceatlas import analysis
+from traceatlas.testing.compare import plain_union_length
 
 pytestmark = pytest.mark.realtrace
 
 DLRM = "param-et_replay/dlrm_kineto.tar.gz"
 LULESH = "profet-paraver/lulesh_4+4_with_uncores_sockets1+2.chop_5it.prv"
 PING_PONG = "pipit/ping-pong-otf2/traces.otf2"
-
-
-def _union_us(spans: list[tuple[float, float]]) -> float:
-    """Total length of the union of [start, end) spans (plain loop)."""
-    total, cur_s, cur_e = 0.0, None, None
-    for s, e in sorted(spans):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None and cur_s is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None and cur_s is not None:
-        total += cur_e - cur_s
-    return total
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +52,7 @@ def dlrm_plain(traces_dir: Path) -> dict[str, Any]:
                         comp.append((s, end))
                 elif cat in ("gpu_memcpy", "gpu_memset"):
                     act.append((s, end))
-            useful[rank], active[rank] = _union_us(comp), _union_us(act)
+            useful[rank], active[rank] = plain_union_length(comp), plain_union_length(act)
     return {"useful": useful, "active": active, "T": hi - lo}
 
 

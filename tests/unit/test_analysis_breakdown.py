@@ -29,6 +29,7 @@ from traceatlas.cli.main import app
 from traceatlas.errors import MissingDataError
 from traceatlas.ops.unions import union_ns, union_segments
 from traceatlas.testing import Collective, TraceBuilder
+from traceatlas.testing.compare import plain_union_length
 
 BASE = 1_700_000_000_000_000_000
 US = 1_000
@@ -113,16 +114,6 @@ def test_missing_device_activity(tmp_path: Path) -> None:
     assert "no device activity" in result.output
 
 
-def _plain_union(spans: list[tuple[int, int]]) -> int:
-    total, reach = 0, None
-    for s, e in sorted(spans):
-        if reach is None or s > reach:
-            total, reach = total + e - s, e
-        elif e > reach:
-            total, reach = total + e - reach, e
-    return total
-
-
 def test_union_primitives_against_a_plain_loop() -> None:
     import random
 
@@ -136,9 +127,9 @@ def test_union_primitives_against_a_plain_loop() -> None:
     got = union_ns(frame, ["a", "b"]).collect()
     for a, b, total in got.iter_rows():
         spans = [(s, e) for (ra, rb, s, e) in rows if (ra, rb) == (a, b)]
-        assert total == _plain_union(spans)
+        assert total == plain_union_length(spans)
     segs = union_segments(frame, ["a"]).collect()
     for _key, part in segs.group_by("a"):
         starts, ends = part["start_ns"].to_list(), part["end_ns"].to_list()
         assert all(e < s2 for e, s2 in zip(ends, starts[1:], strict=False))  # disjoint
-    assert union_ns(frame, []).collect().item() == _plain_union([(s, e) for *_, s, e in rows])
+    assert union_ns(frame, []).collect().item() == plain_union_length([(s, e) for *_, s, e in rows])

@@ -5,10 +5,26 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from traceatlas.model.trace import Trace
+
+
+N = TypeVar("N", int, float, Decimal)
+
+
+def plain_union_length(spans: Iterable[tuple[N, N]]) -> N | int:
+    """Length of the union of [start, end) spans with a plain loop: the independent
+    reference the tests hold the Polars unions (``ops/unions.py``) against."""
+    total: N | int = 0
+    reach: N | None = None
+    for s, e in sorted(spans):
+        if reach is None or s > reach:
+            total, reach = total + e - s, e
+        elif e > reach:
+            total, reach = total + e - reach, e
+    return total
 
 
 def interval_multisets(trace: Trace) -> dict[tuple[int, str], list[tuple[int, int]]]:
