@@ -39,15 +39,21 @@ WEAK_THRESHOLD = 0.75
 """Normalised growth of the work above which the runs are taken as weak scaling."""
 
 
-def scalability(results: Sequence[tuple[str, Trace]]) -> Result:
-    """Scaling metrics across runs ``(label, trace)``; see the module docstring."""
+def scalability(results: Sequence[tuple[str, Trace]],
+                efficiency: Sequence[Result] | None = None) -> Result:
+    """Scaling metrics across runs ``(label, trace)``; see the module docstring.
+
+    ``efficiency``: each run's ``efficiency`` result when the caller already has them
+    (the report does), so the model is not computed twice."""
     import polars as pl
 
     from traceatlas.analysis.registry import run
 
+    if efficiency is not None and len(efficiency) != len(results):
+        raise ValueError("one efficiency result per run is needed")
     runs: list[dict[str, Any]] = []
-    for label, trace in results:
-        result = run("efficiency", trace)
+    for i, (label, trace) in enumerate(results):
+        result = efficiency[i] if efficiency is not None else run("efficiency", trace)
         per = result.extra["per_rank"]
         host = per.filter(pl.col("side") == "host") if per.height else per
         values = dict(zip(result.table["metric"], result.table["value"], strict=True))

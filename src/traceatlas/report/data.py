@@ -9,7 +9,6 @@ efficiencies are fractions in [0, 1].
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -279,15 +278,13 @@ def _steps(run: RunReport, results: Results) -> None:
 
 
 def _scalability(runs: list[tuple[str, Trace]], caches: list[Results]) -> list[dict[str, Any]]:
-    """The scalability table; the runs' efficiency results are handed over when the
-    function accepts them (``efficiency=``), so they are not computed twice."""
+    """The scalability table, from the runs' efficiency results already computed for the
+    report (``Unavailable`` when a run has none)."""
     from traceatlas.analysis.scalability import scalability
 
-    kwargs: dict[str, Any] = {}
-    if "efficiency" in inspect.signature(scalability).parameters:
-        kwargs["efficiency"] = [c.get("efficiency") for c in caches]
+    efficiency = [c.get("efficiency") for c in caches]
     try:
-        table: pl.DataFrame = scalability(runs, **kwargs).table
+        table: pl.DataFrame = scalability(runs, efficiency).table
     except TraceAtlasError as exc:  # e.g. runs the model cannot compare
         raise Unavailable(f"{type(exc).__name__}: {exc}") from None
     return [dict(r) for r in table.iter_rows(named=True)]
