@@ -100,33 +100,24 @@ class FakeEfficiency:
         return Result(table, extra={"per_rank": per_rank})
 
 
-class FakeAdvisor:
-    name = "advisor"
-    description = "fake"
-    params = (registry.Param("top", int, 10, "findings"),)
-    requires = ()
-
-    def run(self, trace: Any, params: Any) -> Result:
-        rows = [{"rank": i + 1, "rule": "load_imbalance",
-                 "statement": f"rank {i} runs gemm longest (finding {i + 1})",
-                 "cost_ns": 1_000_000 * (12 - i), "evidence": "rank 0: 25 us vs mean 16.5 us",
-                 "next_step": "balance the work", "command": "traceatlas analyze kernels X",
-                 "severity": "high" if i < 3 else "info"} for i in range(12)]
-        return Result(pl.DataFrame(rows).head(int(params["top"])))
+def fake_advise(trace: Any, *, path: str, context: Any, min_cost_pct: float) -> list[Any]:
+    """Twelve load-imbalance findings, costliest first (in place of the advisor's rules)."""
+    return [types.SimpleNamespace(
+        rule="load_imbalance", statement=f"rank {i} runs gemm longest (finding {i + 1})",
+        cost_ns=1_000_000 * (12 - i), evidence="rank 0: 25 us vs mean 16.5 us",
+        next_step="balance the work", command="traceatlas analyze kernels X",
+        severity="high" if i < 3 else "info") for i in range(12)]
 
 
 @pytest.fixture()
 def fakes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Register the fake efficiency and advisor analyses for one test."""
+    """Register the fake efficiency analysis and advisor findings for one test."""
     module = types.ModuleType("fake_report_analyses")
     module.FakeEfficiency = FakeEfficiency  # type: ignore[attr-defined]
-    module.FakeAdvisor = FakeAdvisor  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "fake_report_analyses", module)
     monkeypatch.setitem(registry.ANALYSES, "efficiency",  # type: ignore[index]
                         "fake_report_analyses:FakeEfficiency")
-    monkeypatch.setitem(registry.ANALYSES, "advisor",  # type: ignore[index]
-                        "fake_report_analyses:FakeAdvisor")
-    monkeypatch.setattr(results, "_advise_function", lambda: None)
+    monkeypatch.setattr(results, "advise", fake_advise)
 
 
 # -- ReportData --------------------------------------------------------------------------

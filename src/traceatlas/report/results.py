@@ -1,13 +1,13 @@
 """Analysis results computed once per trace and shared by every report section and by the
-advisor's rules (through the advisor's ``Context`` cache when the advisor is installed)."""
+advisor's rules (through the advisor's ``Context`` cache)."""
 
 from __future__ import annotations
 
-import importlib
 import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from traceatlas.advisor import Context, advise
 from traceatlas.errors import TraceAtlasError
 
 if TYPE_CHECKING:
@@ -26,15 +26,15 @@ class Unavailable(Exception):
 class Results:
     """Runs registered analyses on one trace, each (name, params) once.
 
-    ``path`` is the user's path, written into the advisor's suggested commands. When the
-    advisor package is installed its ``Context`` holds the cache, so the findings reuse
-    the analyses the report already ran (and the other way round).
+    ``path`` is the user's path, written into the advisor's suggested commands. The
+    advisor's ``Context`` holds the cache, so the findings reuse the analyses the report
+    already ran (and the other way round).
     """
 
     def __init__(self, trace: Trace, path: str = "PATH") -> None:
         self.trace = trace
         self.path = path
-        self.context = _advisor_context(trace, path)
+        self.context = Context(trace, path=path)
         self._done: dict[tuple[str, tuple[tuple[str, Any], ...]], Result | Unavailable] = {}
 
     def get(self, name: str, params: Mapping[str, Any] | None = None) -> Result:
@@ -53,8 +53,6 @@ class Results:
         if name not in registry.ANALYSES:
             return Unavailable(f"the {name} analysis is not installed")
         try:
-            if self.context is None:
-                return registry.run(name, self.trace, params)
             result: Result | None = self.context.result(name, **params)
         except TraceAtlasError as exc:
             return Unavailable(_reason(exc))
@@ -73,16 +71,10 @@ class Results:
         cache; ``top`` costliest."""
         from traceatlas.analysis import registry
 
-        if "advisor" not in registry.ANALYSES:
-            raise Unavailable("the advisor analysis is not installed")
         defaults = {p.name: p.default for p in registry.get_analysis("advisor").params}
-        advise = _advise_function()
-        if self.context is None or advise is None:
-            params = {"top": top, **({"path": self.path} if "path" in defaults else {})}
-            return list(self.get("advisor", params).table.iter_rows(named=True))
         try:
             found = advise(self.trace, path=self.path, context=self.context,
-                           min_cost_pct=float(defaults.get("min_cost_pct", 0.0)))
+                           min_cost_pct=float(defaults["min_cost_pct"]))
         except TraceAtlasError as exc:
             raise Unavailable(_reason(exc)) from None
         except Exception as exc:  # a broken rule must not take the whole report down
@@ -96,26 +88,6 @@ class Results:
 FINDING_FIELDS = ("rule", "statement", "cost_ns", "evidence", "next_step", "command",
                   "severity")
 """Fields of the advisor's findings the report shows."""
-
-
-def _advisor_context(trace: Trace, path: str) -> Any:
-    """The advisor's result cache for ``trace``, or None without the advisor package."""
-    try:
-        module = importlib.import_module("traceatlas.advisor")
-    except ImportError:
-        return None
-    context = getattr(module, "Context", None)
-    return None if context is None else context(trace, path=path)
-
-
-def _advise_function() -> Any:
-    """The advisor's ``advise(trace, *, path, min_cost_pct, context) -> list[Finding]``,
-    or None without the advisor package."""
-    try:
-        module = importlib.import_module("traceatlas.advisor")
-    except ImportError:
-        return None
-    return getattr(module, "advise", None)
 
 
 def _reason(exc: Exception) -> str:
