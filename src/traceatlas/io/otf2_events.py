@@ -235,15 +235,24 @@ class Collector:
         comm = event.communicator
         dst = self._world(comm, event.receiver, ref)
         key = (src, dst, comm._ref, event.msg_tag)
-        waiting = self._recvs.get(key)
-        if waiting:
-            msg = waiting.popleft()
-        else:
-            msg = Message(src, dst, self._comm(comm)[0], event.msg_tag, src)
-            self.messages.append(msg)
-            self._sends.setdefault(key, deque()).append(msg)
+        msg = self._match(key, comm, src, self._recvs, self._sends, event.msg_length)
         msg.s0 = msg.s1 = self._at(ref, t)
-        msg.bytes = event.msg_length
+        msg.bytes = event.msg_length  # the sender's length wins
+        return msg
+
+    def _match(self, key: tuple[int, int, int, int], comm: Any, owner: int,
+               other_side: dict[tuple[int, int, int, int], deque[Message]],
+               this_side: dict[tuple[int, int, int, int], deque[Message]],
+               nbytes: int) -> Message:
+        """The oldest message the other side left under ``key`` (FIFO matching), else a
+        new one (stored with ``owner``'s rank) queued on this side for the other."""
+        waiting = other_side.get(key)
+        if waiting:
+            return waiting.popleft()
+        msg = Message(key[0], key[1], self._comm(comm)[0], key[3], owner)
+        msg.bytes = nbytes
+        self.messages.append(msg)
+        this_side.setdefault(key, deque()).append(msg)
         return msg
 
     def _isend(self, ref: int, t: int, event: Any) -> None:
@@ -268,14 +277,7 @@ class Collector:
         comm = event.communicator
         src = self._world(comm, event.sender, ref)
         key = (src, dst, comm._ref, event.msg_tag)
-        waiting = self._sends.get(key)
-        if waiting:
-            msg = waiting.popleft()
-        else:
-            msg = Message(src, dst, self._comm(comm)[0], event.msg_tag, dst)
-            msg.bytes = event.msg_length
-            self.messages.append(msg)
-            self._recvs.setdefault(key, deque()).append(msg)
+        msg = self._match(key, comm, dst, self._sends, self._recvs, event.msg_length)
         at = self._at(ref, t)
         msg.r0 = start if start is not None else at
         msg.r1 = at
