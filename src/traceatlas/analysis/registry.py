@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import Analysis, Param, Result
@@ -83,15 +83,21 @@ def _convert(param: Param, value: Any, analysis: str) -> Any:
 
 def check_requirements(analysis: Analysis, trace: Trace) -> None:
     """Raise MissingDataError naming what is missing and which analyses still apply."""
-    missing = [r for r in analysis.requires if not REQUIREMENTS[r].check(trace)]
+    require(analysis.name, analysis.requires, trace)
+
+
+def require(name: str, requirements: Sequence[str], trace: Trace) -> None:
+    """``check_requirements`` for requirements known only at run time (e.g. they depend
+    on a parameter): MissingDataError naming what is missing and what still applies."""
+    missing = [r for r in requirements if not REQUIREMENTS[r].check(trace)]
     if not missing:
         return
-    met = {name: req.check(trace) for name, req in REQUIREMENTS.items()}
-    usable = [n for n in sorted(ANALYSES) if n != analysis.name
+    met = {n: req.check(trace) for n, req in REQUIREMENTS.items()}
+    usable = [n for n in sorted(ANALYSES) if n != name
               and all(met[r] for r in get_analysis(n).requires)]
     what = "; ".join(REQUIREMENTS[r].description for r in missing)
     raise MissingDataError(
-        analysis.name,
+        name,
         f"this trace has no {what}. Analyses that apply to it: "
         f"{', '.join(usable) or 'none'}",
     )

@@ -108,24 +108,11 @@ class Steps:
         return Result(table.with_columns(pl.col("step").cast(pl.Int64)), notes=notes)
 
 
-class _NeedsSteps:
-    """The requirement check of the default (ProfilerStep) markers."""
-
-    name = "steps"
-    description = Steps.description
-    params: tuple[Param, ...] = ()
-    requires: tuple[str, ...] = ("steps",)
-
-    def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
-        """Never run: only used to word the missing-data error."""
-        raise NotImplementedError
-
-
 def _no_markers(trace: Trace, marker: str) -> None:
-    from traceatlas.analysis.registry import check_requirements
+    from traceatlas.analysis.registry import require
 
-    if not marker:
-        check_requirements(_NeedsSteps(), trace)
+    if not marker:  # the default markers: the standard missing-data message
+        require("steps", ("steps",), trace)
     raise MissingDataError(
         "steps", f"no host interval name matches --param marker={marker!r}"
         if marker else "this trace has no iteration markers (ProfilerStep#N)")
