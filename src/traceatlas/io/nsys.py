@@ -35,6 +35,7 @@ from traceatlas.io import nsys_load as nl
 from traceatlas.io import nsys_tables as nt
 from traceatlas.io.nsys_adbc import DriverError, ReadError
 from traceatlas.io.nsys_schema import READ_TABLES, Catalog, nvtx_codes, quote
+from traceatlas.io.nsys_versioned import collapse_versioned
 from traceatlas.io.reading import RankData
 from traceatlas.io.sources import Source
 from traceatlas.model.schema import empty_table
@@ -127,6 +128,7 @@ def _read(con: sqlite3.Connection, uri: str, display: str, threads: int) -> list
     meta = _export_meta(cat)
     session = _first_row(cat, "TARGET_INFO_SESSION_START_TIME")
     loaded = nl.load(cat, uri, threads)
+    loaded.ev = collapse_versioned(loaded.ev)  # cudaMemcpy + its cudaMemcpy_v3020: one call
     base_ns, clock, origin = _clock(session, loaded.min_time, display)
     procs = nt.processes(loaded)
     owners = _metric_owners(loaded, procs)
