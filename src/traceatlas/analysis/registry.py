@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import Analysis, Param, Result
-from traceatlas.analysis.requirements import REQUIREMENTS
+from traceatlas.analysis.requirements import REQUIREMENTS, explain
 from traceatlas.errors import InputError, MissingDataError
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def require(name: str, requirements: Sequence[str], trace: Trace) -> None:
     what = "; ".join(REQUIREMENTS[r].description for r in missing)
     raise MissingDataError(
         name,
-        f"this trace has no {what}. Analyses that apply to it: "
+        f"this trace has no {what}{explain(trace, missing)}. Analyses that apply to it: "
         f"{', '.join(usable) or 'none'}",
     )
 

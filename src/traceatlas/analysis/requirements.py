@@ -1,10 +1,15 @@
-"""Data an analysis can require, each with a check and a plain description."""
+"""Data an analysis can require, each with a check and a plain description; and why
+it is missing when a reader lost it (``explain``: the readers' data-quality notes in
+the ``metadata`` table, e.g. "job.sqlite: table CUPTI_ACTIVITY_KIND_KERNEL lacks column(s)
+start, so its 12 row(s) were not read")."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from traceatlas.io.quality import DATA_QUALITY_KEY, Note, parse_notes
 
 if TYPE_CHECKING:
     import polars as pl
@@ -15,12 +20,29 @@ DEVICE_WORK = ("kernel", "comm_kernel", "memcpy", "memset")
 """Categories of device activity (not annotations)."""
 
 
+_SHOWN_NOTES = 3
+"""Notes quoted in one missing-data message (the rest are counted)."""
+
+
 @dataclass(frozen=True)
 class Requirement:
-    """A named precondition on the data."""
+    """A named precondition on the data; ``categories``, ``columns`` and ``tables``
+    (canonical names) are what it reads, to find the notes that explain its absence."""
 
     description: str
     check: Callable[[Trace], bool]
+    categories: tuple[str, ...] = ()
+    columns: tuple[str, ...] = ()
+    tables: tuple[str, ...] = ()
+
+    def explained_by(self, note: Note) -> bool:
+        """True when ``note`` lost data this requirement reads: rows of its categories
+        (or tables, when either side names no category), or one of its columns."""
+        if note.columns and not set(note.columns) & set(self.columns):
+            return False
+        if self.categories and note.categories:
+            return bool(set(note.categories) & set(self.categories))
+        return bool(set(note.tables) & set(self.tables))
 
 
 def _any(trace: Trace, table: str, condition: pl.Expr | None = None) -> bool:
@@ -80,17 +102,47 @@ def _intervals(trace: Trace) -> bool:
     return _any(trace, "intervals")
 
 
+_HOST_CALLS = ("runtime", "driver")
+_INTERVALS = ("intervals",)
 REQUIREMENTS: Mapping[str, Requirement] = {
-    "intervals": Requirement("events with a duration", _intervals),
-    "device": Requirement("device activity (kernels, memcpy or memset)", _device),
+    "intervals": Requirement("events with a duration", _intervals,
+                             tables=_INTERVALS, columns=("start_ns",)),
+    "device": Requirement("device activity (kernels, memcpy or memset)", _device,
+                          DEVICE_WORK, ("start_ns",), _INTERVALS),
     "correlation": Requirement(
         "correlation ids linking host launches (runtime/driver calls) to device activity",
-        _correlation),
-    "steps": Requirement("iteration markers (ProfilerStep#N, or --param marker=...)", _steps),
-    "comm": Requirement("communication kernels (NCCL/RCCL)", _comm),
+        _correlation, (*DEVICE_WORK, *_HOST_CALLS), ("correlation", "start_ns"), _INTERVALS),
+    "steps": Requirement("iteration markers (ProfilerStep#N, or --param marker=...)", _steps,
+                         ("step",), ("start_ns", "name"), _INTERVALS),
+    "comm": Requirement("communication kernels (NCCL/RCCL)", _comm, ("comm_kernel",),
+                        ("start_ns", "name"), _INTERVALS),
     "counters": Requirement(
-        "counter samples (GPU metrics, PAPI, ...) or CUPTI range-profiler events", _counters),
-    "messages": Requirement("point-to-point messages (MPI)", _messages),
-    "mpi": Requirement("MPI calls (category mpi intervals)", _mpi),
+        "counter samples (GPU metrics, PAPI, ...) or CUPTI range-profiler events", _counters,
+        tables=("counters",), columns=("ts_ns", "value")),
+    "messages": Requirement("point-to-point messages (MPI)", _messages,
+                            tables=("messages",),
+                            columns=("send_start_ns", "recv_start_ns", "src_rank", "dst_rank")),
+    "mpi": Requirement("MPI calls (category mpi intervals)", _mpi, ("mpi",), ("start_ns",),
+                       _INTERVALS),
 }
 """Requirement name -> check; analyses list the names they need in ``requires``."""
+
+
+def explain(trace: Trace, missing: Sequence[str]) -> str:
+    """Why the ``missing`` requirements are not met, from the readers' notes: ``""``
+    when no note explains them, else ``" (<file>: <table> <problem>; ...)"``."""
+    notes = [n for n in _notes(trace)
+             if any(REQUIREMENTS[r].explained_by(n) for r in missing)]
+    if not notes:
+        return ""
+    shown = "; ".join(n.text() for n in notes[:_SHOWN_NOTES])
+    more = len(notes) - _SHOWN_NOTES
+    return f" ({shown}{f'; and {more} more data-quality note(s)' if more > 0 else ''})"
+
+
+def _notes(trace: Trace) -> list[Note]:
+    import polars as pl
+
+    values = (trace.scan("metadata").filter(pl.col("key") == DATA_QUALITY_KEY)
+              .select("value").collect())
+    return parse_notes([str(v) for v in values["value"].to_list()])

@@ -36,15 +36,20 @@ from traceatlas.io import nsys_tables as nt
 from traceatlas.io.nsys_adbc import DriverError, ReadError
 from traceatlas.io.nsys_schema import READ_TABLES, Catalog, nvtx_codes, quote
 from traceatlas.io.nsys_versioned import collapse_versioned
+from traceatlas.io.quality import DATA_QUALITY_KEY, notes_json
 from traceatlas.io.reading import RankData
 from traceatlas.io.sources import Source
 from traceatlas.model.schema import empty_table
+from traceatlas.tempfiles import staging_prefix
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 REPORT_SUFFIX = ".nsys-rep"
 _EXPORT_META = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # new, old (schema 2.x) name
 _MPI_RANK_THREAD = re.compile(r"^MPI Rank (\d+)$")
 _CLOCK_SLACK_NS = 1_000_000_000
+_TIME_LIMIT_NS = 1 << 62
+"""Times on the epoch must lie within +-2^62 ns (~146 years), so that every duration
+and shift fits in int64."""
 _DRIVER_PREFIX = re.compile(r"^[A-Z_]+: Failed to [a-z ]+: ")  # ADBC's "IO: Failed to step query: "
 _LOOKUP_PREFIXES = ("ENUM_", "TARGET_INFO_", "META_DATA_", "EXPORT_META_DATA", "StringIds",
                     "ThreadNames", "PROCESSES", "ANALYSIS_", "ProcessStreams", "MPI_RANKS",
@@ -82,7 +87,7 @@ def _read_report(source: Source, threads: int) -> list[RankData]:
         raise UnsupportedFormatError(
             source.display, "a .nsys-rep needs `nsys` on PATH to export it; run "
             f"`nsys export -t sqlite {source.path}` and pass the .sqlite")
-    with tempfile.TemporaryDirectory(prefix="traceatlas-nsys-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=staging_prefix("nsys")) as tmp:
         out = os.path.join(tmp, "export.sqlite")
         done = subprocess.run(
             [exe, "export", "-t", "sqlite", "--include-json=true", "-o", out, source.path],
@@ -100,9 +105,11 @@ def read_export(path: str, display: str, *, threads: int = 1) -> list[RankData]:
     """Read one ``nsys export -t sqlite`` file; ``display`` names it in messages;
     ``threads`` tables are read at a time."""
     with open(path, "rb") as fh:
-        if fh.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
-            raise UnsupportedFormatError(
-                display, "compressed SQLite file; decompress it and pass the .sqlite")
+        head = fh.read(100)
+    if not head.startswith(SQLITE_MAGIC):
+        raise UnsupportedFormatError(
+            display, "compressed SQLite file; decompress it and pass the .sqlite")
+    _check_size(head, os.path.getsize(path), display)
     uri = Path(path).absolute().as_uri() + "?mode=ro"
     try:
         con = sqlite3.connect(uri, uri=True)
@@ -115,6 +122,20 @@ def read_export(path: str, display: str, *, threads: int = 1) -> list[RankData]:
         raise CorruptTraceError(display, f"SQLite error ({detail})") from exc
     finally:
         con.close()
+
+
+def _check_size(head: bytes, size: int, display: str) -> None:
+    """A file shorter than its header's page count says is truncated (SQLite would read
+    the missing pages as absent rows, or fail later with a vaguer message)."""
+    if len(head) < 100:
+        raise CorruptTraceError(display, f"truncated SQLite file ({size} bytes)")
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    valid = pages and head[24:28] == head[92:96]  # the count is valid only then
+    if valid and size < page_size * pages:
+        raise CorruptTraceError(display, f"truncated SQLite file ({size:,} bytes; its header "
+                                f"says {page_size * pages:,})")
 
 
 def _read(con: sqlite3.Connection, uri: str, display: str, threads: int) -> list[RankData]:
@@ -130,6 +151,10 @@ def _read(con: sqlite3.Connection, uri: str, display: str, threads: int) -> list
     loaded = nl.load(cat, uri, threads)
     loaded.ev = collapse_versioned(loaded.ev)  # cudaMemcpy + its cudaMemcpy_v3020: one call
     base_ns, clock, origin = _clock(session, loaded.min_time, display)
+    for t in (loaded.min_time, loaded.max_time):
+        if t is not None and not -_TIME_LIMIT_NS < t + base_ns < _TIME_LIMIT_NS:
+            raise CorruptTraceError(display, f"event time {t} (+ {base_ns} ns to the unix "
+                                    "epoch) is out of range (more than 146 years from 1970)")
     procs = nt.processes(loaded)
     owners = _metric_owners(loaded, procs)
     if not procs and owners:
@@ -226,10 +251,12 @@ def _thread_names(cat: Catalog) -> dict[int, dict[int, str]]:
     sources = []
     if cat.has("ThreadNames"):
         sources.append("SELECT t.globalTid, s.value FROM ThreadNames AS t "
-                       "JOIN StringIds AS s ON s.id = t.nameId")
+                       "JOIN StringIds AS s ON s.id = t.nameId "
+                       "WHERE typeof(t.globalTid) = 'integer'")
     if cat.has("NVTX_EVENTS") and "text" in cat.columns("NVTX_EVENTS"):
         code = nvtx_codes(cat)["NvtxThread"]
-        sources.insert(0, f"SELECT globalTid, text FROM NVTX_EVENTS WHERE eventType = {code}")
+        sources.insert(0, f"SELECT globalTid, text FROM NVTX_EVENTS WHERE eventType = {code} "
+                          "AND typeof(globalTid) = 'integer'")
     for sql in sources:  # ThreadNames last: it wins
         for gtid, name in cat.con.execute(sql):
             if gtid is not None and name:
@@ -242,7 +269,8 @@ def _ranks(cat: Catalog, threads: dict[int, dict[int, str]]) -> dict[int, tuple[
     out: dict[int, tuple[int, str]] = {}
     if cat.has("MPI_RANKS") and {"globalTid", "rank"} <= set(cat.columns("MPI_RANKS")):
         for proc, rank in cat.con.execute(
-            "SELECT globalTid >> 24, min(rank) FROM MPI_RANKS GROUP BY 1"
+            "SELECT globalTid >> 24, min(rank) FROM MPI_RANKS WHERE typeof(globalTid) = "
+            "'integer' AND typeof(rank) = 'integer' GROUP BY 1"
         ):
             if proc is not None and rank is not None:
                 out[int(proc)] = (int(rank), "MPI_RANKS")
@@ -258,7 +286,8 @@ def _process_names(cat: Catalog) -> dict[int, str]:
     if not cat.has("PROCESSES") or not {"globalPid", "name"} <= set(cat.columns("PROCESSES")):
         return {}
     return {int(g) >> 24: str(n) for g, n in cat.con.execute(
-        "SELECT globalPid, name FROM PROCESSES") if g is not None and n is not None}
+        "SELECT globalPid, name FROM PROCESSES WHERE typeof(globalPid) = 'integer'")
+        if g is not None and n is not None}
 
 
 def _jsonable(value: Any) -> Any:
@@ -294,6 +323,7 @@ def _shared_metadata(cat: Catalog, display: str, meta: dict[str, str],
         ("hostname", _hostname(cat)),
         ("gpus", _table_rows(cat, "TARGET_INFO_GPU")),
         ("tables_not_read", {t: n for t, n in not_read.items() if n}),
+        (DATA_QUALITY_KEY, notes_json(cat.notes)),
     ]
 
 

@@ -27,6 +27,8 @@ from traceatlas.io.nsys_schema import quote
 BATCH_ROWS = 1 << 18
 """Rows per Arrow batch the driver returns (and looks at to infer column types)."""
 _NULL_FLAG = "__isnull_"
+FLAG = "__flag"
+"""Column of ``fetch_checked``'s row flag (not part of any ``Shape``)."""
 _SQL_TYPES = {pa.int64(): "INTEGER", pa.string(): "TEXT", pa.float64(): "REAL"}
 _EMPTY = {pa.string(): "''", pa.float64(): "0.0"}
 DICT = pa.dictionary(pa.int32(), pa.string())
@@ -55,11 +57,13 @@ class Shape:
     schema: pa.Schema
     nullable: frozenset[str] = frozenset()
 
-    def select(self, exprs: Mapping[str, str], tail: str) -> tuple[str, dict[str, Any]]:
+    def select(self, exprs: Mapping[str, str], tail: str,
+               flags: Mapping[str, str] | None = None) -> tuple[str, dict[str, Any]]:
         """(``SELECT <exprs, cast> <tail>``, the constant columns left out of it: SQLite
         and the driver spend time on every column of every row). ``exprs`` maps every
-        column to SQL."""
-        parts: list[str] = []
+        column to SQL; ``flags`` adds integer columns (name -> SQL) after them."""
+        parts: list[str] = [f"CAST(({expr}) AS INTEGER) AS {quote(name)}"
+                            for name, expr in (flags or {}).items()]
         constants: dict[str, Any] = {}
         for fld in self.schema:
             expr, plain = exprs[fld.name], _plain(fld.type)
@@ -143,6 +147,19 @@ class Db:
         """Rows of ``shape`` selected by ``exprs`` (column -> SQL) ``tail``."""
         sql, constants = shape.select(exprs, tail)
         return shape.decode(self.arrow(sql), constants)
+
+    def fetch_checked(self, shape: Shape, exprs: Mapping[str, str], tail: str,
+                      flag: str) -> tuple[pa.Table, np.ndarray[Any, np.dtype[np.int64]]]:
+        """``fetch`` without the rows where the integer SQL ``flag`` is not 0: (rows
+        kept, the flag of every row selected)."""
+        sql, constants = shape.select(exprs, tail, {FLAG: flag})
+        raw = self.arrow(sql)
+        flags = np.asarray(pc.fill_null(raw.column(FLAG), 0).to_numpy(), dtype=np.int64) \
+            if raw.num_rows else np.zeros(0, dtype=np.int64)
+        kept = raw.drop_columns([FLAG])
+        if flags.any():
+            kept = kept.filter(pa.array(flags == 0))
+        return shape.decode(kept, constants), flags
 
     def rows(self, sql: str) -> list[tuple[Any, ...]]:
         """A small result as Python tuples."""

@@ -12,6 +12,12 @@ processes together.
 
 Processes are keyed by ``globalPid >> 24`` (= ``globalTid >> 24``); times stay as
 written here.
+
+Nothing is kept silently wrong: rows with a value of the wrong type in a checked column
+(text in ``start``...), intervals ending before they start and names whose StringIds id
+is not in StringIds are counted per table and reported (a DataQualityWarning and a
+``quality.Note``); the first two are dropped. When StringIds is empty although events
+name ids, the file is refused.
 """
 
 from __future__ import annotations
@@ -23,13 +29,15 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traceatlas.errors import DataQualityWarning
+from traceatlas.errors import CorruptTraceError, DataQualityWarning
 from traceatlas.io import nsys_schema as ns
-from traceatlas.io.nsys_adbc import DICT, Db, Job, Shape, run_jobs
+from traceatlas.io.nsys_adbc import DICT, Db, DriverError, Job, ReadError, Shape, run_jobs
 from traceatlas.io.nsys_schema import Catalog, Columns, literal, quote
+from traceatlas.io.quality import Note, report
 
 HOST, STREAM, DEVICE, COUNTER = "host_thread", "gpu_stream", "device", "counter"
 PID_MASK = 0xFFFFFF
@@ -62,6 +70,8 @@ NVTX_ROWS = Shape(pa.schema([*EV.schema, pa.field("eventType", _I)]), EV.nullabl
 _PIECES_PER_THREAD = 3
 _MIN_PIECE_ROWS = 50_000
 _ROWID_NAMES = frozenset({"rowid", "_rowid_", "oid"})
+_STATS = "__stats"
+"""Result name of a job's counts (rows dropped per checked column, names unresolved)."""
 
 
 @dataclass(frozen=True)
@@ -98,14 +108,20 @@ class Read:
     setup: tuple[str, ...] = ()
     args: Columns | None = None
     extra: tuple[tuple[str, str], ...] = ()
+    checks: Columns | None = None
+    name_ids: tuple[str, ...] = ()
 
     def job(self, rowids: tuple[int, int] | None) -> Job:
-        """Reads the rows (those with rowid in ``rowids``, inclusive, when given)."""
+        """Reads the rows (those with rowid in ``rowids``, inclusive, when given) and
+        their counts (result ``_STATS``): rows with a wrong-typed ``checks`` column
+        (dropped), per column, and kept rows whose name is blank although one of the
+        ``name_ids`` columns gives a StringIds id (unresolved)."""
         where = [self.where] if self.where else []
         if rowids is not None:
             where.append(f"a.rowid BETWEEN {rowids[0]} AND {rowids[1]}")
         condition = f" WHERE {' AND '.join(where)}" if where else ""
         tail = f"FROM {quote(self.table)} AS a {self.joins}{condition}"
+        flag = self.checks.bad_flag() if self.checks is not None else None
 
         def job(db: Db) -> dict[str, pa.Table]:
             for lookup in self.lookups:
@@ -115,15 +131,47 @@ class Read:
             exprs = self.exprs
             if self.args is not None:
                 exprs = {**exprs, "args": self._args(db, self.args, condition)}
-            return {self.result: db.fetch(self.shape, exprs, tail)}
+            try:
+                table, flags = self._fetch(db, exprs, tail, flag)
+            except (DriverError, ReadError) as exc:
+                if self.args is None or "BLOB" not in str(exc):
+                    raise
+                # a blob where the file declares a number or text: build args again
+                # with every member turned to hex when it is a blob (slower; rare)
+                exprs = {**exprs, "args": self._args(db, self.args, condition, blob_safe=True)}
+                table, flags = self._fetch(db, exprs, tail, flag)
+            stats = {"bad_rows": [int(np.count_nonzero(flags))]}
+            if stats["bad_rows"][0] and self.checks is not None:  # rare: count per column
+                counts = db.rows(f"SELECT {self.checks.bad_counts()} {tail}")[0]
+                stats |= {f"bad:{c}": [int(n or 0)]
+                          for c, n in zip(self.checks.checked(), counts, strict=True)}
+            blank = _blank_names(table) if self.name_ids else 0
+            unresolved = 0
+            if blank:
+                ids = " OR ".join(f"a.{quote(c)} IS NOT NULL" for c in self.name_ids)
+                keep = [*where, f"({exprs['name']}) = ''", f"({ids})"]
+                if flag is not None:
+                    keep.append(f"({flag}) = 0")
+                unresolved = int(db.rows(
+                    f"SELECT count(*) FROM {quote(self.table)} AS a {self.joins} "
+                    f"WHERE {' AND '.join(keep)}")[0][0])
+            stats["unresolved"] = [unresolved]
+            return {self.result: table, _STATS: pa.table(stats)}
         return job
 
-    def _args(self, db: Db, cols: Columns, condition: str) -> str:
+    def _fetch(self, db: Db, exprs: dict[str, str], tail: str,
+               flag: str | None) -> tuple[pa.Table, np.ndarray[Any, np.dtype[np.int64]]]:
+        if flag is None:
+            return db.fetch(self.shape, exprs, tail), np.zeros(0, np.int64)
+        return db.fetch_checked(self.shape, exprs, tail, flag)
+
+    def _args(self, db: Db, cols: Columns, condition: str, *, blob_safe: bool = False) -> str:
         names = cols.arg_columns()
         counts = db.rows("SELECT count(*)" + "".join(
             f", count(a.{quote(c)})" for c in names) + f" FROM {quote(self.table)} AS a"
             + condition)[0]
-        return cols.args(self.extra, dict(zip(names, counts[1:], strict=True)), counts[0])
+        return cols.args(self.extra, dict(zip(names, counts[1:], strict=True)), counts[0],
+                         blob_safe=blob_safe)
 
 
 @dataclass
@@ -136,11 +184,22 @@ class Loaded:
     gm: pa.Table = field(default_factory=GM.empty)
     domains: list[dict[str, Any]] = field(default_factory=list)
     min_time: int | None = None
+    max_time: int | None = None
     has_p2p: bool = False
 
 
 def _warn(message: str) -> None:
     warnings.warn(message, DataQualityWarning, stacklevel=3)
+
+
+def _blank_names(table: pa.Table) -> int:
+    """Rows of ``table`` whose (dictionary) ``name`` is ''."""
+    count = 0
+    for chunk in table.column("name").chunks:
+        hits = np.flatnonzero(pc.equal(chunk.dictionary, "").to_numpy(zero_copy_only=False))
+        if hits.size:
+            count += int(np.count_nonzero(np.isin(chunk.indices.to_numpy(), hits)))
+    return count
 
 
 def load(cat: Catalog, uri: str, threads: int = 1) -> Loaded:
@@ -154,29 +213,73 @@ def load(cat: Catalog, uri: str, threads: int = 1) -> Loaded:
         cols = cat.check(spec)
         if cols is not None:
             name_col = "nameId" if spec is ns.OSRT else "textId"
-            reads.append(_host_read(cols, cols.string(name_col), literal(category)))
+            reads.append(_host_read(cols, cols.string(name_col), literal(category),
+                                    name_id=name_col))
             if spec is ns.MPI_P2P:
                 reads.append(_p2p_read(cols))
                 loaded.has_p2p = True
     reads += _gpu_metrics_reads(cat)
-    parts = _read_all(cat, uri, reads, threads)
+    parts, stats = _read_all(cat, uri, reads, threads)
+    _report_stats(cat, reads, stats)
     for name, shape in (("ev", EV), ("mk", MK), ("p2p", P2P), ("gm", GM), ("nvtx", NVTX_ROWS)):
         parts[name] = [pa.concat_tables(parts[name]) if parts.get(name) else shape.empty()]
     ev, mk = _split_nvtx(cat, parts["nvtx"][0])
-    loaded.ev = _clip_ends(pa.concat_tables([*parts["ev"], ev]), cat.display)
+    loaded.ev = _clip_ends(pa.concat_tables([*parts["ev"], ev]), cat)
     loaded.mk = pa.concat_tables([*parts["mk"], mk])
-    loaded.p2p, loaded.gm = parts["p2p"][0], parts["gm"][0]
-    times = [pc.min(t[c]).as_py() for t, c in ((loaded.ev, "start"), (loaded.mk, "ts"),
-                                               (loaded.gm, "ts"))]
-    known = [t for t in times if t is not None]
+    loaded.p2p = _drop_reversed(parts["p2p"][0], cat, ns.MPI_P2P)
+    loaded.gm = parts["gm"][0]
+    lows = [pc.min(t[c]).as_py() for t, c in ((loaded.ev, "start"), (loaded.mk, "ts"),
+                                              (loaded.gm, "ts"), (loaded.p2p, "start"))]
+    highs = [pc.max(t[c]).as_py() for t, c in ((loaded.ev, "end"), (loaded.mk, "ts"),
+                                               (loaded.gm, "ts"), (loaded.p2p, "end"))]
+    known = [t for t in lows if t is not None]
     loaded.min_time = min(known) if known else None
+    known = [t for t in highs if t is not None]
+    loaded.max_time = max(known) if known else None
     return loaded
 
 
+def _report_stats(cat: Catalog, reads: list[Read], stats: list[dict[str, int]]) -> None:
+    """Warn about (and note) the rows each table lost to wrong-typed values and the
+    names StringIds could not resolve; refuse the file when no name resolves."""
+    dropped: dict[str, tuple[Read, dict[str, int]]] = {}
+    unresolved: dict[str, tuple[Read, int]] = {}
+    for read, counts in zip(reads, stats, strict=True):
+        # two reads of one table (MPI_P2P_EVENTS) see the same rows: keep the larger
+        if counts["bad_rows"] > dropped.get(read.table, (read, {"bad_rows": 0}))[1]["bad_rows"]:
+            dropped[read.table] = (read, counts)
+        if counts["unresolved"]:
+            unresolved[read.table] = (read, unresolved.get(read.table, (read, 0))[1]
+                                      + counts["unresolved"])
+    for table, (read, counts) in sorted(dropped.items()):
+        spec = read.checks.spec if read.checks is not None else None
+        cols = [(k[4:], v) for k, v in counts.items() if k.startswith("bad:") and v]
+        report(cat.notes, Note(
+            cat.display, f"table {table}",
+            f"has {counts['bad_rows']} row(s) with text, a blob or a fraction where an "
+            f"integer belongs (rows per column: {', '.join(f'{c} {n}' for c, n in cols)}); "
+            "those rows were dropped",
+            counts["bad_rows"], spec.categories if spec else (),
+            tables=spec.tables if spec else ()), stacklevel=4)
+    total = sum(n for _read, n in unresolved.values())
+    if total and not cat.rows("StringIds"):
+        raise CorruptTraceError(cat.display, f"none of the {total} event names can be "
+                                "resolved: StringIds is empty; the export is damaged "
+                                "(export the report again)")
+    for table, (read, n) in sorted(unresolved.items()):
+        spec = read.checks.spec if read.checks is not None else None
+        report(cat.notes, Note(
+            cat.display, f"table {table}",
+            f"has {n} row(s) whose name id is not in StringIds; their name is ''", n,
+            spec.categories if spec else (), ("name",),
+            spec.tables if spec else ()), stacklevel=4)
+
+
 def _read_all(cat: Catalog, uri: str, reads: list[Read],
-              threads: int) -> dict[str, list[pa.Table]]:
+              threads: int) -> tuple[dict[str, list[pa.Table]], list[dict[str, int]]]:
     """Run the reads (large tables in rowid ranges when ``threads`` > 1, the largest
-    pieces first): result name -> tables, in the order of ``reads`` and rowids."""
+    pieces first): (result name -> tables, in the order of ``reads`` and rowids; the
+    counts of each read, summed over its pieces)."""
     pieces: list[tuple[int, Read, tuple[int, int] | None]] = []
     spans = {r.table: _rowid_span(cat, r.table) if threads > 1 else None for r in reads}
     total = sum(hi - lo + 1 for lo, hi in (s for s in spans.values() if s is not None))
@@ -192,9 +295,13 @@ def _read_all(cat: Catalog, uri: str, reads: list[Read],
     order = sorted(range(len(pieces)), key=lambda i: -pieces[i][0])
     results = run_jobs(uri, {str(i): pieces[i][1].job(pieces[i][2]) for i in order}, threads)
     out: dict[str, list[pa.Table]] = {}
+    stats: dict[int, dict[str, int]] = {id(r): {} for r in reads}
     for i, (_size, read, _rowids) in enumerate(pieces):
         out.setdefault(read.result, []).append(results[str(i)][read.result])
-    return out
+        mine = stats[id(read)]
+        for key, value in results[str(i)][_STATS].to_pylist()[0].items():
+            mine[key] = mine.get(key, 0) + int(value)
+    return out, [stats[id(r)] for r in reads]
 
 
 def _rowid_span(cat: Catalog, table: str) -> tuple[int, int] | None:
@@ -213,7 +320,7 @@ def _rowid_span(cat: Catalog, table: str) -> tuple[int, int] | None:
 def _device_read(c: Columns, kind: str, name: str, category: str, joins: str = "",
                  memcpy_kind: str = "NULL", bytes_: str = "NULL", grid: bool = False,
                  device: str = "", lookups: tuple[Lookup, ...] = (),
-                 setup: tuple[str, ...] = ()) -> Read:
+                 setup: tuple[str, ...] = (), name_ids: tuple[str, ...] = ()) -> Read:
     geometry = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
     exprs = {
         "proc": "coalesce(a.globalPid >> 24, -1)", "tid": "NULL", "kind": f"'{kind}'",
@@ -225,7 +332,8 @@ def _device_read(c: Columns, kind: str, name: str, category: str, joins: str = "
     }
     for short, column in zip(_GRID, geometry, strict=True):
         exprs[short] = c.col(column) if grid else "NULL"
-    return Read("ev", EV, c.spec.name, exprs, joins, lookups=lookups, setup=setup, args=c)
+    return Read("ev", EV, c.spec.name, exprs, joins, lookups=lookups, setup=setup, args=c,
+                checks=c, name_ids=name_ids)
 
 
 def _device_reads(cat: Catalog) -> list[Read]:
@@ -237,8 +345,9 @@ def _device_reads(cat: Catalog) -> list[Read]:
             + (["CASE typeof(a.name) WHEN 'integer' THEN (SELECT value FROM StringIds "
                 "WHERE id = a.name) ELSE a.name END"] if kernel.has("name") else [])
         )
+        ids = tuple(c for c in ("demangledName", "shortName", "mangledName") if kernel.has(c))
         reads.append(_device_read(kernel, STREAM, f"coalesce({name_expr}, '')", "kernel",
-                                  grid=True))
+                                  grid=True, name_ids=ids))
     memcpy = cat.check(ns.MEMCPY)
     if memcpy is not None:
         kinds = ns.enum_labels(cat, "ENUM_CUDA_MEMCPY_OPER", ns.MEMCPY_LABELS)
@@ -302,9 +411,10 @@ def _host_exprs(c: Columns, name: str, category: str) -> dict[str, str]:
 
 
 def _host_read(c: Columns, name: str, category: str, joins: str = "",
-               lookups: tuple[Lookup, ...] = ()) -> Read:
+               lookups: tuple[Lookup, ...] = (), name_id: str = "") -> Read:
     return Read("ev", EV, c.spec.name, _host_exprs(c, name, category), joins,
-                lookups=lookups, args=c)
+                lookups=lookups, args=c, checks=c,
+                name_ids=(name_id,) if name_id and c.has(name_id) else ())
 
 
 def _runtime_reads(cat: Catalog) -> list[Read]:
@@ -325,7 +435,7 @@ def _runtime_reads(cat: Catalog) -> list[Read]:
     category = (f"CASE WHEN {runtime.col('eventClass')} = {_DRIVER_EVENT_CLASS} "
                 "OR f.driver = 1 THEN 'driver' ELSE 'runtime' END")
     return [_host_read(runtime, "f.name", category, join,
-                       (Lookup("ta_api", ("id", "name", "driver"), rows),))]
+                       (Lookup("ta_api", ("id", "name", "driver"), rows),), "nameId")]
 
 
 def _nvtx_reads(cat: Catalog, loaded: Loaded, *, mpi_as_nvtx: bool) -> list[Read]:
@@ -360,7 +470,8 @@ def _nvtx_reads(cat: Catalog, loaded: Loaded, *, mpi_as_nvtx: bool) -> list[Read
     not_events = ", ".join(str(codes[k]) for k in ns.NVTX_NOT_EVENTS)
     return [Read("nvtx", NVTX_ROWS, ns.NVTX.name, {**exprs, "eventType": "a.eventType"},
                  join, f"a.eventType NOT IN ({not_events})", lookups, args=nvtx,
-                 extra=(("domain", domain),))]
+                 extra=(("domain", domain),), checks=nvtx,
+                 name_ids=("textId",) if nvtx.has("textId") else ())]
 
 
 def _split_nvtx(cat: Catalog, rows: pa.Table) -> tuple[pa.Table, pa.Table]:
@@ -387,7 +498,7 @@ def _p2p_read(c: Columns) -> Read:
     exprs = {"proc": "coalesce(a.globalTid >> 24, -1)", "start": "a.start", "end": 'a."end"',
              "name": c.string("textId"), "remote": c.col("remoteRank"),
              "bytes": c.col("size"), "tag": c.col("tag"), "comm": f"CAST({comm} AS TEXT)"}
-    return Read("p2p", P2P, ns.MPI_P2P.name, exprs)
+    return Read("p2p", P2P, ns.MPI_P2P.name, exprs, checks=c)
 
 
 def _gpu_metrics_reads(cat: Catalog) -> list[Read]:
@@ -405,27 +516,55 @@ def _gpu_metrics_reads(cat: Catalog) -> list[Read]:
         name = "i.metricName"
     exprs = {"ts": "a.timestamp", "device": "a.typeId & 255",
              "name": f"coalesce({name}, 'metric ' || a.metricId)", "value": gm.col("value")}
-    return [Read("gm", GM, ns.GPU_METRICS.name, exprs, join)]
+    return [Read("gm", GM, ns.GPU_METRICS.name, exprs, join, checks=gm)]
 
 
-def _clip_ends(ev: pa.Table, display: str) -> pa.Table:
-    """Rows without a start are skipped (with a warning); intervals without an end or
-    ending before they start get zero duration (with a warning)."""
+def _clip_ends(ev: pa.Table, cat: Catalog) -> pa.Table:
+    """Rows without a start and intervals ending before they start are dropped;
+    intervals without an end get zero duration (each with a warning and a note)."""
     no_start = pc.is_null(ev["start"])
     if pc.any(no_start).as_py():
-        _count_warn(ev, no_start, display, "without a start time skipped")
+        _count_report(ev, no_start, cat, "without a start time; dropped", ())
         ev = ev.filter(pc.invert(no_start))
-    bad_end = pc.fill_null(pc.or_kleene(pc.is_null(ev["end"]),
-                                        pc.less(ev["end"], ev["start"])), False)
-    if pc.any(bad_end).as_py():
-        _count_warn(ev, bad_end, display,
-                    "without an end or ending before their start; kept with zero duration")
+    reversed_ = pc.fill_null(pc.less(ev["end"], ev["start"]), False)
+    if pc.any(reversed_).as_py():
+        _count_report(ev, reversed_, cat, "ending before they start; dropped", ())
+        ev = ev.filter(pc.invert(reversed_))
+    no_end = pc.is_null(ev["end"])
+    if pc.any(no_end).as_py():
+        _count_report(ev, no_end, cat, "without an end; kept with zero duration",
+                      ("end_ns", "dur_ns"))
         index = ev.schema.get_field_index("end")
-        ev = ev.set_column(index, "end", pc.if_else(bad_end, ev["start"], ev["end"]))
+        ev = ev.set_column(index, "end", pc.coalesce(ev["end"], ev["start"]))
     return ev
 
 
-def _count_warn(ev: pa.Table, mask: pa.ChunkedArray, display: str, what: str) -> None:
+def _drop_reversed(p2p: pa.Table, cat: Catalog, spec: ns.SourceTable) -> pa.Table:
+    """MPI point-to-point calls without a start, or ending before they start, dropped."""
+    bad = pc.fill_null(pc.less(p2p["end"], p2p["start"]), False)
+    bad = pc.or_(bad, pc.is_null(p2p["start"]))
+    n = int(pc.sum(bad).as_py() or 0)
+    if n:
+        report(cat.notes, Note(cat.display, f"table {spec.name}",
+                               f"has {n} point-to-point call(s) without a start or ending "
+                               "before they start; not turned into messages", n,
+                               tables=("messages",)), stacklevel=4)
+        p2p = p2p.filter(pc.invert(bad))
+    return p2p
+
+
+_SPECS = {spec.name: spec for spec in (ns.KERNEL, ns.MEMCPY, ns.MEMSET, ns.SYNC, ns.RUNTIME,
+                                       ns.NVTX, ns.OSRT, *ns.MPI_TABLES)}
+
+
+def _count_report(ev: pa.Table, mask: pa.ChunkedArray, cat: Catalog, what: str,
+                  columns: tuple[str, ...]) -> None:
+    """Warn and note the rows of ``mask`` per source table; ``columns``: the canonical
+    columns lost when the rows are kept, () when the rows are dropped."""
     counts = pc.value_counts(pc.filter(ev["source_category"], mask).cast(_S).combine_chunks())
     for item in sorted(counts.to_pylist(), key=lambda c: str(c["values"])):
-        _warn(f"{display}: {item['counts']} {item['values']} row(s) {what}")
+        table, n = str(item["values"]), int(item["counts"])
+        spec = _SPECS.get(table)
+        report(cat.notes, Note(cat.display, f"table {table}", f"has {n} row(s) {what}", n,
+                               spec.categories if spec else (), columns,
+                               spec.tables if spec else ("intervals",)), stacklevel=5)
