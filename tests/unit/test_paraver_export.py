@@ -88,14 +88,15 @@ def test_prv_header_codes_and_order(tmp_path: Path) -> None:
     times = [int(r[5]) for r in records if r[0] in ("1", "2")]
     assert times == sorted(times)
     types = {int(r[6]) for r in records if r[0] == "2"}
-    assert {63_000_006, 63_000_000} <= types  # kernel exec and CUDA call (Extrae codes)
-    assert 91_000_006 in types  # comm_kernel = 91000000 + CATEGORIES.index("comm_kernel")
+    # nsys2prv 0.5.8 codes: CUDA kernel, CUDA library call, memcpy, NCCL kernel
+    assert {63_000_006, 63_000_000, 63_000_001, 63_000_007} <= types
+    assert 91_000_000 in types  # cpu_op = 91000000 + CATEGORIES.index("cpu_op")
     # Derived Running states: the step covers everything on the host thread.
     states = [r for r in records if r[0] == "1"]
     assert [(int(s[5]), int(s[6]), s[7]) for s in states] == [(0, 100_000, "1")]
     pcf = files[1].read_text()
-    assert "63000006    CUDA kernel exec" in pcf
-    assert "91000006    traceatlas category comm_kernel" in pcf
+    assert "63000006    CUDA kernel" in pcf and "63000007    NCCL kernel" in pcf
+    assert "91000000    traceatlas category cpu_op" in pcf
     assert "91000999    traceatlas derived states" in pcf
 
 

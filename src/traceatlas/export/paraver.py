@@ -9,21 +9,26 @@ interval survives Paraver's LIFO pairing of begin/end events.
 Records (sorted by time; at one time on one thread, ends come before begins, inner ends
 first, and a zero-length interval's end follows its begin):
 
-- every interval except category ``state``: an event at its start (type per category,
-  value = id of its name in the ``.pcf`` VALUES table) and an event with value 0 at its
-  end. Types (``traceatlas.io.paraver_pcf``): ``kernel`` 63000006 (Extrae/nsys2prv
-  "CUDA kernel exec"), ``runtime`` 63000000 (Extrae "CUDA call"), ``mpi`` 50000001/2/3
-  (Extrae MPI point-to-point / collective / other, chosen from the call name), every
-  other category 91000000 + its index in ``CATEGORIES`` (labelled ``traceatlas category
-  <name>``).
+- every interval except category ``state``: an event at its start (type, value) and an
+  event with value 0 at its end (none for a region the source left open at its end).
+  Codes (``paraver_codes``, so that Paraver ``.cfg`` files made for Extrae and nsys2prv
+  traces work): intervals and instants read from a Paraver trace keep their type and
+  value (``args``); MPI calls get Extrae's type and value (MPI_Allreduce = 50000002
+  value 10, ...); CUDA ``runtime`` 63000000, ``kernel`` 63000006, ``comm_kernel``
+  63000007, ``memcpy``/``memset`` 63000001 (nsys2prv); every other category 91000000 +
+  its index in ``CATEGORIES`` (labelled ``traceatlas category <name>``). Values the
+  exporter numbers itself are one id per distinct name, shared by all types.
 - states: intervals of category ``state`` (e.g. from a Paraver source) become type 1
-  records; when the trace has none, ``Running`` states cover the top-level host intervals
-  of each host thread and the ``.pcf`` declares type 91000999 so that the reader does not
-  count them as intervals again.
-- instants: type 91000100 + category index, value = name id.
-- counters: one type per series, 92000000 + index of its sorted name, gradient 7 (the
-  hardware-counter gradient); values are rounded to integers (Paraver values are
-  integers; a warning says when a fraction was lost).
+  records (a Paraver source's own state values kept); when the trace has none, states
+  are derived per host track: Extrae's MPI state inside each (outermost) MPI call
+  (Blocking Send, Waiting a message, Group Communication, ...), Running over the rest of
+  the union of the track's host intervals; the ``.pcf`` then declares type 91000999 so
+  that the reader does not count them as intervals again.
+- instants: type 91000100 + category index, value = name id (a Paraver source's codes
+  kept).
+- counters: one type per series (a Paraver source's type kept, else 92000000 + index of
+  its sorted name), gradient 7 (the hardware-counter gradient); values are rounded to
+  integers (Paraver values are integers; a warning says when a fraction was lost).
 - messages: type 3 records between the tasks' first threads.
 
 Times are written relative to the earliest time of the trace; a ``# traceatlas
@@ -34,7 +39,7 @@ Not carried: flows, interval and instant args, correlation ids, collective field
 from __future__ import annotations
 
 import contextlib
-import itertools
+import json
 import os
 import uuid
 import warnings
@@ -49,18 +54,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceatlas.errors import DataQualityWarning
+from traceatlas.export.paraver_codes import (
+    CUDA_TYPE_LABELS,
+    CUDA_TYPES,
+    EXTRAE_STATES,
+    MPI_GRADIENT,
+    MPI_TYPE_LABELS,
+    OTHERS,
+    Codebook,
+    mpi_code,
+)
+from traceatlas.export.paraver_states import derived_states
 from traceatlas.io.paraver_pcf import (
     CATEGORY_LABEL,
     CATEGORY_TYPE_BASE,
     COUNTER_GRADIENT,
     COUNTER_TYPE_BASE,
-    DERIVED_STATES_LABEL,
     DERIVED_STATES_TYPE,
-    EXTRAE_CATEGORY_TYPES,
     INSTANT_LABEL,
     INSTANT_TYPE_BASE,
-    MPI_TYPES,
-    mpi_type,
 )
 from traceatlas.model.schema import CATEGORIES
 
@@ -68,16 +80,9 @@ if TYPE_CHECKING:
     from traceatlas.model.trace import Trace
 
 I64 = npt.NDArray[np.int64]
-EXTRAE_STATES: tuple[str, ...] = (
-    "Idle", "Running", "Not created", "Waiting a message", "Blocking Send",
-    "Synchronization", "Test/Probe", "Scheduling and Fork/Join", "Wait/WaitAll", "Blocked",
-    "Immediate Send", "Immediate Receive", "I/O", "Group Communication", "Tracing Disabled",
-    "Others", "Send Receive", "Memory transfer",
-)
-"""Extrae's state values 0..17, reused so Paraver configurations keep their colours."""
-_TYPE_LABELS = {63_000_006: "CUDA kernel exec", 63_000_000: "CUDA call",
-                50_000_001: "MPI Point-to-point", 50_000_002: "MPI Collective Comm",
-                50_000_003: "MPI Other"}
+DERIVED_LABEL = ("traceatlas derived states (Running = host intervals; inside MPI calls "
+                 "Extrae's MPI states)")
+"""Starts with ``paraver_pcf.DERIVED_STATES_LABEL``'s prefix, which the reader checks."""
 
 
 class ParaverExporter:
@@ -142,13 +147,14 @@ class _Build:
         self.tracks = _arrow(trace, "tracks", ["rank", "track_id", "kind", "name", "device",
                                                "stream", "tid"])
         self.iv = _arrow(trace, "intervals", ["rank", "track_id", "start_ns", "end_ns",
-                                              "name", "category"])
+                                              "name", "category", "source_category", "args"])
         self.inst = _arrow(trace, "instants", ["rank", "track_id", "ts_ns", "name",
-                                               "category"])
+                                               "category", "source_category", "args"])
         self.cnt = _arrow(trace, "counters", ["rank", "track_id", "ts_ns", "name", "value"])
         self.msg = _arrow(trace, "messages", ["src_rank", "dst_rank", "send_start_ns",
                                               "send_end_ns", "recv_start_ns", "recv_end_ns",
                                               "bytes", "tag"])
+        self.paraver_ranks, self.counter_types = _paraver_sources(trace)
         n_flows = trace.scan("flows").select("flow_id").collect().height
         if n_flows:
             warnings.warn(f"{n_flows} flow link(s) are not exported (Paraver has no flows)",
@@ -157,15 +163,76 @@ class _Build:
                                  self.cnt["ts_ns"], *(self.msg[c] for c in (
                                      "send_start_ns", "send_end_ns", "recv_start_ns",
                                      "recv_end_ns"))])
-        self.names: dict[str, int] = {}
-        self.counter_names: list[str] = []
+        self.book = Codebook()
+        self.mpi_unknown: dict[str, int] = {}
+        self.counter_codes: dict[str, int] = {}
+        self.state_labels: dict[int, str] = dict(enumerate(EXTRAE_STATES))
         self.derived = False
         self.records: list[tuple[I64, I64, I64, I64, I64, pa.Array]] = []
+        self.open_at_end: list[int] = []
 
-    def name_id(self, labels: list[str]) -> I64:
-        """Value ids (1-based) of labels in the shared VALUES table."""
-        return np.asarray([self.names.setdefault(_clean(s), len(self.names) + 1)
-                           for s in labels], dtype=np.int64)
+    # -- codes --------------------------------------------------------------------------
+
+    def kept_codes(self, table: pa.Table,
+                   skip: npt.NDArray[np.bool_]) -> dict[int, tuple[int, int]]:
+        """Row -> (type, value) a Paraver source wrote (in ``args``), registered in the
+        codebook with the type label (``source_category``) and the value label."""
+        kept: dict[int, tuple[int, int]] = {}
+        rank = _np(table, "rank")
+        rows = np.flatnonzero(np.isin(rank, list(self.paraver_ranks)) & ~skip)
+        if not len(rows):
+            return kept
+        take = pa.array(rows)
+        args = table["args"].take(take).to_pylist()
+        names = table["name"].take(take).to_pylist()
+        labels = table["source_category"].take(take).to_pylist()
+        is_instant = "ts_ns" in table.column_names
+        for i, a, name, label in zip(rows.tolist(), args, names, labels, strict=True):
+            code = _code_of(a)
+            if code is None:
+                continue
+            etype, value, value_label = code
+            if not is_instant:
+                value_label = name
+            kept[i] = (etype, value)
+            gradient = MPI_GRADIENT if etype in MPI_TYPE_LABELS else 0
+            self.book.declare(etype, gradient, _clean(label) if label else str(etype))
+            self.book.keep(etype, value, _clean(value_label) if value_label else None)
+        return kept
+
+    def generated_code(self, category: str | None, name: str) -> tuple[int, int]:
+        """(type, value) of an interval that has no kept code (module docstring)."""
+        if category == "mpi":
+            code = mpi_code(name, self.mpi_unknown)
+            self.book.declare(code.etype, MPI_GRADIENT, MPI_TYPE_LABELS[code.etype])
+            self.book.values[code.etype].setdefault(code.value, code.label)
+            return code.etype, code.value
+        if category in CUDA_TYPES:
+            etype = CUDA_TYPES[category]
+            self.book.declare(etype, 0, CUDA_TYPE_LABELS[etype])
+        else:
+            etype = CATEGORY_TYPE_BASE + _cat_index(category)
+            self.book.declare(etype, 0, CATEGORY_LABEL + CATEGORIES[_cat_index(category)])
+        return etype, self.book.label_id(etype, name)
+
+    def interval_codes(self, is_state: npt.NDArray[np.bool_]) -> tuple[I64, I64]:
+        """Event type and value of every interval (0 for states)."""
+        kept = self.kept_codes(self.iv, is_state)
+        self.kept_instants = self.kept_codes(self.inst, np.zeros(self.inst.num_rows, bool))
+        cats = self.iv["category"].to_pylist()
+        names = [_clean(n) for n in self.iv["name"].to_pylist()]
+        etype = np.zeros(len(cats), dtype=np.int64)
+        value = np.zeros(len(cats), dtype=np.int64)
+        cache: dict[tuple[str | None, str], tuple[int, int]] = {}
+        for i, (cat, name) in enumerate(zip(cats, names, strict=True)):
+            if is_state[i]:
+                continue
+            code = kept.get(i)
+            if code is None:
+                key = (cat, name)
+                code = cache.get(key) or cache.setdefault(key, self.generated_code(cat, name))
+            etype[i], value[i] = code
+        return etype, value
 
     # -- threads ------------------------------------------------------------------------
 
@@ -243,6 +310,7 @@ class _Build:
         iv = self.iv
         cat = iv["category"].to_pylist()
         is_state = np.asarray([c == "state" for c in cat], dtype=bool)
+        etype, value = self.interval_codes(is_state)
         lane = self.lanes(is_state)
         thread_of, thread_names = self.threads(lane)
         rank, track = _np(iv, "rank").tolist(), _np(iv, "track_id").tolist()
@@ -250,55 +318,92 @@ class _Build:
         thread = np.asarray([thread_of[(r, t, ln)] for r, t, ln in
                              zip(rank, track, lane.tolist(), strict=True)], dtype=np.int64)
         start, end = _np(iv, "start_ns"), _np(iv, "end_ns")
-        names = iv["name"].to_pylist()
         ev = np.flatnonzero(~is_state)
-        etype = np.asarray([_interval_type(c, n) for c, n in zip(cat, names, strict=True)],
-                           dtype=np.int64)
-        value = self.name_id(names)
         nest = np.empty(len(ev), dtype=np.int64)
         nest[np.lexsort((-end[ev], start[ev], thread[ev], task[ev]))] = np.arange(len(ev))
         zero = end[ev] == start[ev]
         self.add(start[ev], task[ev], thread[ev], 1, 2 * nest,
                  self.event_lines(task[ev], thread[ev], start[ev], etype[ev], value[ev]))
-        self.add(end[ev], task[ev], thread[ev], np.where(zero, 1, 0),
-                 np.where(zero, 2 * nest + 1, -nest),
-                 self.event_lines(task[ev], thread[ev], end[ev], etype[ev], 0 * value[ev]))
-        self.used_types = set(etype[ev].tolist())
-        self.states = self.state_records(is_state, task, thread, start, end, names, lane)
+        closes = ~self.left_open(ev)
+        c = ev[closes]
+        self.add(end[c], task[c], thread[c], np.where(zero[closes], 1, 0),
+                 np.where(zero[closes], 2 * nest[closes] + 1, -nest[closes]),
+                 self.event_lines(task[c], thread[c], end[c], etype[c], 0 * value[c]))
+        self.open_at_end = end[ev[~closes]].tolist()
+        self.state_records(is_state, task, start, end, cat, thread_of)
         self.point_records(thread_of)
         self.message_records()
         return self.prv(thread_names), self.pcf(), self.row(thread_names)
 
-    def state_records(self, is_state: npt.NDArray[np.bool_], task: I64, thread: I64,
-                      start: I64, end: I64, names: list[str], lane: I64) -> dict[str, int]:
-        """Type 1 records: the trace's states, or Running over top-level host intervals."""
-        states = {s: i for i, s in enumerate(EXTRAE_STATES)}
+    def left_open(self, ev: I64) -> npt.NDArray[np.bool_]:
+        """Intervals of ``ev`` a Paraver source left open (closed at its end on reading):
+        no end event is written for them."""
+        flag = pc.fill_null(pc.match_substring(self.iv["args"], '"closed_at_trace_end": true'),
+                            False)
+        is_paraver = np.isin(_np(self.iv, "rank"), list(self.paraver_ranks))
+        out: npt.NDArray[np.bool_] = (np.asarray(flag.to_numpy(zero_copy_only=False),
+                                                 dtype=bool) & is_paraver)[ev]
+        return out
+
+    def state_records(self, is_state: npt.NDArray[np.bool_], task: I64, start: I64,
+                      end: I64, cat: list[str | None],
+                      thread_of: dict[tuple[int, int, int], int]) -> None:
+        """Type 1 records: the trace's states, or the derived ones (module docstring)."""
+        rank, track = _np(self.iv, "rank"), _np(self.iv, "track_id")
+        thread0 = np.asarray([thread_of[(r, t, 0)] for r, t in zip(
+            rank.tolist(), track.tolist(), strict=True)], dtype=np.int64)
         idx = np.flatnonzero(is_state)
         if len(idx):
-            value = np.asarray([states.setdefault(_clean(names[i]), len(states))
-                                for i in idx.tolist()], dtype=np.int64)
+            value = self.state_values(idx)
+            s_task, s_thread, s_start, s_end = task[idx], thread0[idx], start[idx], end[idx]
             self.derived = False
         else:
             host = {(r, t) for r, t, k in zip(self.tracks["rank"].to_pylist(),
                                               self.tracks["track_id"].to_pylist(),
                                               self.tracks["kind"].to_pylist(), strict=True)
                     if k == "host_thread"}
-            on_host = np.asarray([(r, t) in host for r, t in zip(
-                self.iv["rank"].to_pylist(), self.iv["track_id"].to_pylist(), strict=True)],
-                dtype=bool)
-            idx = _merged_top_level(np.flatnonzero(on_host & (lane == 0)), task, thread,
-                                    start, end)
-            task, thread, start, end = (a[idx[:, 0]] for a in (task, thread, start, end))
-            end = idx[:, 1]
-            idx = np.arange(len(idx))
-            value = np.ones(len(idx), dtype=np.int64)
+            on_host = np.flatnonzero(np.asarray(
+                [(r, t) in host for r, t in zip(rank.tolist(), track.tolist(), strict=True)],
+                dtype=bool))
+            names = self.iv["name"].to_pylist()
+            is_mpi = np.asarray([cat[i] == "mpi" for i in on_host.tolist()], dtype=bool)
+            mpi_state = np.asarray([mpi_code(_clean(names[i]), self.mpi_unknown).state
+                                    if m else OTHERS for i, m in zip(
+                                        on_host.tolist(), is_mpi.tolist(), strict=True)],
+                                   dtype=np.int64)
+            key = task[on_host] * (1 << 32) + thread0[on_host]
+            k, s_start, s_end, value = derived_states(key, start[on_host], end[on_host],
+                                                      is_mpi, mpi_state)
+            s_task, s_thread = k >> 32, k & 0xFFFFFFFF
             self.derived = True
-        s = [pa.array(a).cast(pa.string()) for a in (task[idx], thread[idx],
-                                                     start[idx] - self.origin,
-                                                     end[idx] - self.origin, value)]
+        s = [pa.array(a).cast(pa.string()) for a in (s_task, s_thread,
+                                                     s_start - self.origin,
+                                                     s_end - self.origin, value)]
         text = pc.binary_join_element_wise("1:0:1", *s, ":")
-        self.add(start[idx], task[idx], thread[idx], 3, np.zeros(len(idx), np.int64), text)
-        return states
+        self.add(s_start, s_task, s_thread, 3, np.zeros(len(s_start), np.int64), text)
+
+    def state_values(self, idx: I64) -> I64:
+        """State values of state intervals ``idx``: a Paraver source's own value, else
+        Extrae's value for the label, else a new value after Extrae's."""
+        names = [_clean(self.iv["name"][i].as_py()) for i in idx.tolist()]
+        rank = _np(self.iv, "rank")[idx]
+        args = self.iv["args"].take(pa.array(idx)).to_pylist()
+        by_label = {label: v for v, label in self.state_labels.items()}
+        kept: set[int] = set()
+        out = np.empty(len(idx), dtype=np.int64)
+        for j, (name, r, a) in enumerate(zip(names, rank.tolist(), args, strict=True)):
+            own = _state_of(a) if r in self.paraver_ranks else None
+            if own is not None:
+                if own not in kept:
+                    kept.add(own)
+                    self.state_labels[own] = name
+                out[j] = own
+                continue
+            if name not in by_label:
+                by_label[name] = max([*self.state_labels, len(EXTRAE_STATES) - 1]) + 1
+                self.state_labels[by_label[name]] = name
+            out[j] = by_label[name]
+        return out
 
     def point_records(self, thread_of: dict[tuple[int, int, int], int]) -> None:
         """Instants and counters as events on lane 0 of their track."""
@@ -311,7 +416,9 @@ class _Build:
                 warnings.warn(f"{dropped} {'counter sample' if is_counter else 'instant'}(s) "
                               "without a time or value are not exported",
                               DataQualityWarning, stacklevel=4)
-            table = table.filter(keep)
+            rows = np.flatnonzero(np.asarray(keep.to_numpy(zero_copy_only=False), dtype=bool)
+                                  ) if table.num_rows else np.zeros(0, np.int64)
+            table = table.take(pa.array(rows))
             rank, track = table["rank"].to_pylist(), table["track_id"].to_pylist()
             task = np.asarray([self.task_of[r] for r in rank], dtype=np.int64)
             thread = np.asarray([thread_of[(r, t, 0)] for r, t in zip(rank, track,
@@ -319,24 +426,50 @@ class _Build:
                                 dtype=np.int64)
             time = _np(table, "ts_ns")
             if is_counter:
-                self.counter_names = sorted({_clean(n) for n in table["name"].to_pylist()})
-                code = {n: COUNTER_TYPE_BASE + i for i, n in enumerate(self.counter_names)}
-                etype = np.asarray([code[_clean(n)] for n in table["name"].to_pylist()],
-                                   dtype=np.int64)
-                raw = table["value"].to_numpy(zero_copy_only=False).astype(np.float64)
-                value = np.rint(raw).astype(np.int64)
-                if np.any(value != raw):
-                    warnings.warn("counter values with fractions were rounded to integers "
-                                  "(Paraver event values are integers)", DataQualityWarning,
-                                  stacklevel=4)
+                etype, value = self.counter_codes_of(table)
             else:
-                cats = table["category"].to_pylist()
-                etype = np.asarray([INSTANT_TYPE_BASE + _cat_index(c) for c in cats],
-                                   dtype=np.int64)
-                value = self.name_id(table["name"].to_pylist())
-                self.used_types |= set(etype.tolist())
+                etype, value = self.instant_codes(table, rows)
             self.add(time, task, thread, 2, np.zeros(len(time), np.int64),
                      self.event_lines(task, thread, time, etype, value))
+
+    def instant_codes(self, table: pa.Table, rows: I64) -> tuple[I64, I64]:
+        """(type, value) of instants (rows of ``self.inst``): kept, or category type."""
+        cats, names = table["category"].to_pylist(), table["name"].to_pylist()
+        etype = np.empty(len(cats), dtype=np.int64)
+        value = np.empty(len(cats), dtype=np.int64)
+        for j, (row, c, n) in enumerate(zip(rows.tolist(), cats, names, strict=True)):
+            code = self.kept_instants.get(row)
+            if code is None:
+                t = INSTANT_TYPE_BASE + _cat_index(c)
+                self.book.declare(t, 0, INSTANT_LABEL + CATEGORIES[_cat_index(c)])
+                code = (t, self.book.label_id(t, _clean(n)))
+            etype[j], value[j] = code
+        return etype, value
+
+    def counter_codes_of(self, table: pa.Table) -> tuple[I64, I64]:
+        """(type, value) of counter samples: a Paraver source's type for its series,
+        else 92000000 + index of the sorted name (skipping types already used)."""
+        names = [_clean(n) for n in table["name"].to_pylist()]
+        for n in sorted(set(names)):
+            if n in self.counter_types:
+                self.counter_codes[n] = self.counter_types[n]
+        used = set(self.counter_codes.values()) | set(self.book.types)
+        nxt = COUNTER_TYPE_BASE
+        for n in sorted(set(names) - set(self.counter_codes)):
+            while nxt in used:
+                nxt += 1
+            self.counter_codes[n] = nxt
+            used.add(nxt)
+        for n, t in self.counter_codes.items():
+            self.book.declare(t, COUNTER_GRADIENT, n)
+        etype = np.asarray([self.counter_codes[n] for n in names], dtype=np.int64)
+        raw = table["value"].to_numpy(zero_copy_only=False).astype(np.float64)
+        value = np.rint(raw).astype(np.int64)
+        if np.any(value != raw):
+            warnings.warn("counter values with fractions were rounded to integers "
+                          "(Paraver event values are integers)", DataQualityWarning,
+                          stacklevel=5)
+        return etype, value
 
     def message_records(self) -> None:
         m = self.msg
@@ -366,6 +499,7 @@ class _Build:
         times = [r[0] for r in self.records]
         times += [_np(m, c) - origin for c in ("send_start_ns", "send_end_ns",
                                                "recv_start_ns", "recv_end_ns")]
+        times.append(np.asarray(self.open_at_end, dtype=np.int64) - origin)
         flat = np.concatenate(times) if times else np.zeros(0, np.int64)
         last = int(flat.max()) if len(flat) else 0
         parts = list(self.records)
@@ -391,30 +525,18 @@ class _Build:
             f"{header}\n# traceatlas time_origin_ns={origin}\n"
 
     def pcf(self) -> str:
-        """The ``.pcf``: states, category/instant types with one VALUES table, counters."""
+        """The ``.pcf``: states, one block per event type with its value labels."""
         out = ["DEFAULT_OPTIONS", "", "LEVEL               THREAD",
                "UNITS               NANOSEC", "LOOK_BACK           100", "SPEED               1",
                "FLAG_ICONS          ENABLED", "NUM_OF_STATE_COLORS 1000",
                "YMAX_SCALE          37", "", "", "DEFAULT_SEMANTIC", "",
                "THREAD_FUNC          State As Is", "", "", "STATES"]
-        out += [f"{v}    {s}" for s, v in sorted(self.states.items(), key=lambda x: x[1])]
-        out += ["", "", "# traceatlas export: interval categories, instants and counters "
-                "(codes in traceatlas/io/paraver_pcf.py)"]
-        if self.used_types:
-            out += ["EVENT_TYPE"]
-            out += [f"{9 if t in MPI_TYPES else 0}    {t}    {_type_label(t)}"
-                    for t in sorted(self.used_types)]
-            out += ["VALUES", "0      End"]
-            out += [f"{v}      {s}" for s, v in self.names.items()]
-            out += ["", ""]
+        out += [f"{v}    {s}" for v, s in sorted(self.state_labels.items())]
+        out += ["", "", "# traceatlas export: Extrae MPI and nsys2prv CUDA codes, traceatlas "
+                "categories, instants and counters (traceatlas/export/paraver_codes.py)"]
+        out += self.book.pcf_lines()
         if self.derived:
-            out += ["EVENT_TYPE", f"0    {DERIVED_STATES_TYPE}    {DERIVED_STATES_LABEL}",
-                    "", ""]
-        if self.counter_names:
-            out += ["EVENT_TYPE"]
-            out += [f"{COUNTER_GRADIENT}    {COUNTER_TYPE_BASE + i}    {n}"
-                    for i, n in enumerate(self.counter_names)]
-            out += ["", ""]
+            out += ["EVENT_TYPE", f"0    {DERIVED_STATES_TYPE}    {DERIVED_LABEL}", "", ""]
         return "\n".join(out) + "\n"
 
     def row(self, thread_names: list[list[str]]) -> str:
@@ -425,25 +547,51 @@ class _Build:
         return "\n".join(out) + "\n"
 
 
+def _paraver_sources(trace: Trace) -> tuple[set[int], dict[str, int]]:
+    """Ranks read from a Paraver trace (their metadata has ``paraver_header``) and the
+    event type of each counter series they hold (``paraver_counter_types``)."""
+    meta = _arrow(trace, "metadata", ["rank", "key", "value"])
+    ranks: set[int] = set()
+    counters: dict[str, int] = {}
+    for r, k, v in zip(meta["rank"].to_pylist(), meta["key"].to_pylist(),
+                       meta["value"].to_pylist(), strict=True):
+        if k == "paraver_header":
+            ranks.add(int(r))
+        elif k == "paraver_counter_types" and v:
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                for name, etype in json.loads(v).items():
+                    if isinstance(etype, int):
+                        counters.setdefault(_clean(name), etype)
+    return ranks, counters
+
+
+def _code_of(args: str | None) -> tuple[int, int, str | None] | None:
+    """(type, value, value label) a Paraver source kept in ``args``, else None."""
+    try:
+        obj = json.loads(args) if args else None
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    etype, value = obj.get("type"), obj.get("value")
+    if type(etype) is not int or type(value) is not int or etype <= 0:
+        return None
+    label = obj.get("value_label")
+    return etype, value, label if isinstance(label, str) else None
+
+
+def _state_of(args: str | None) -> int | None:
+    """The state value a Paraver source kept in ``args``, else None."""
+    try:
+        obj = json.loads(args) if args else None
+    except ValueError:
+        return None
+    value = obj.get("state") if isinstance(obj, dict) else None
+    return value if type(value) is int and value >= 0 else None
+
+
 def _cat_index(category: str | None) -> int:
     return CATEGORIES.index(category) if category in CATEGORIES else CATEGORIES.index("other")
-
-
-def _interval_type(category: str | None, name: str | None) -> int:
-    """Event type of an interval (see the module docstring)."""
-    if category == "mpi":
-        return mpi_type(_clean(name))
-    if category in EXTRAE_CATEGORY_TYPES:
-        return EXTRAE_CATEGORY_TYPES[category]
-    return CATEGORY_TYPE_BASE + _cat_index(category)
-
-
-def _type_label(etype: int) -> str:
-    if etype in _TYPE_LABELS:
-        return _TYPE_LABELS[etype]
-    if etype >= INSTANT_TYPE_BASE:
-        return INSTANT_LABEL + CATEGORIES[etype - INSTANT_TYPE_BASE]
-    return CATEGORY_LABEL + CATEGORIES[etype - CATEGORY_TYPE_BASE]
 
 
 def _plain(array: Any) -> pa.Array:
@@ -458,24 +606,3 @@ def _earliest(columns: list[Any]) -> int:
     mins = [pc.min(c).as_py() for c in columns if len(c)]
     found = [m for m in mins if m is not None]
     return int(min(found)) if found else 0
-
-
-def _merged_top_level(idx: I64, task: I64, thread: I64, start: I64, end: I64) -> I64:
-    """Rows (index of the first interval, end of the union) of the unions of overlapping
-    intervals ``idx`` per (task, thread); unions of zero length are left out."""
-    if not len(idx):
-        return np.zeros((0, 2), dtype=np.int64)
-    idx = idx[np.lexsort((start[idx], thread[idx], task[idx]))]
-    key = task[idx] * (1 << 32) + thread[idx]
-    s, e = start[idx], end[idx]
-    new_thread = np.r_[True, key[1:] != key[:-1]]
-    bounds = [*np.flatnonzero(new_thread).tolist(), len(e)]
-    reach = np.empty(len(e), dtype=np.int64)
-    for lo, hi in itertools.pairwise(bounds):
-        reach[lo:hi] = np.maximum.accumulate(e[lo:hi])
-    prev = np.r_[np.iinfo(np.int64).min, reach[:-1]]
-    first = np.flatnonzero(new_thread | (s > prev))
-    last = np.r_[first[1:], len(e)] - 1
-    merged = np.stack([idx[first], reach[last]], axis=1)
-    out: I64 = merged[merged[:, 1] > start[merged[:, 0]]]
-    return out

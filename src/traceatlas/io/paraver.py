@@ -333,6 +333,7 @@ class _Assembler:
         self.offsets = np.asarray(header.task_offsets, dtype=np.int64)
         self.pair_counts: dict[str, int] = {}
         self.undeclared: list[int] = []
+        self.counter_types: dict[str, int] = {}  # counter name -> event type (for export)
 
     def rank_of(self, appl: I64, task: I64) -> I64:
         """Rank of (application, task) columns: application offset + task - 1."""
@@ -444,6 +445,7 @@ class _Assembler:
         instants = self.instant_rows(inst, rank, thread, time, etype, value, region_cat)
         cidx = np.flatnonzero(is_counter)
         cnames, cinv = np.unique(etype[cidx], return_inverse=True)
+        self.counter_types = {pcf.type_label(t): t for t in cnames.tolist()}
         counters = {
             "rank": rank[cidx], "track_id": thread[cidx], "ts_ns": time[cidx],
             "name": _dict(cinv, [pcf.type_label(t) for t in cnames.tolist()]),
@@ -457,7 +459,8 @@ class _Assembler:
         pcf = self.pcf
         uniq, inverse = _unique_pairs(etype[opened], value[opened])
         names = [_value_label(pcf, t, v) for t, v in uniq.tolist()]
-        cats = [region_cat[t] or "other" for t, _ in uniq.tolist()]
+        cats = [_device_op(region_cat[t], n) for (t, _), n in zip(uniq.tolist(), names,
+                                                                   strict=True)]
         srcs = [pcf.type_label(t) for t, _ in uniq.tolist()]
         closed_flag = np.zeros(len(opened), dtype=bool)
         closed_flag[len(opened) - n_unclosed:] = True
@@ -575,12 +578,20 @@ class _Assembler:
             "paraver_pcf": read_companion(prv, ".pcf") is not None,
             "paraver_row": read_companion(prv, ".row") is not None,
             "paraver_undeclared_event_types": self.undeclared,
+            "paraver_counter_types": self.counter_types,
             "paraver_states_derived": self.pcf.derived_states,
             "paraver_applications": [len(t) for t in self.header.threads],
         }
         return pa.table({"key": pa.array(list(items), pa.string()),
                          "value": pa.array([json.dumps(v) for v in items.values()],
                                            pa.string())})
+
+
+def _device_op(category: str | None, name: str) -> str:
+    """Region category; nsys2prv writes memsets with the memcpy type (name says which)."""
+    if category == "memcpy" and "memset" in name.lower():
+        return "memset"
+    return category or "other"
 
 
 def _value_label(pcf: Pcf, etype: int, value: int) -> str:

@@ -12,9 +12,10 @@ Event-type semantics (what becomes an interval, a counter or an instant):
   type): Extrae MPI 50000001-50000005 -> ``mpi``; Extrae OpenMP 60000001-60000099
   -> ``openmp`` except user functions 60000019 and pthread functions 60000020
   -> ``region``; CUDA 63000000 (CUDA call) -> ``runtime``, 63000001 (memory transfer)
-  -> ``memcpy``, 63000006 (kernel exec) -> ``kernel``; and traceatlas' own category types
-  (``CATEGORY_TYPE_BASE`` + index in ``CATEGORIES``, declared with a label starting
-  ``traceatlas category``).
+  -> ``memcpy`` (``memset`` if the value label says so), 63000006 (kernel exec)
+  -> ``kernel``, 63000007 labelled NCCL (nsys2prv) -> ``comm_kernel``; and traceatlas'
+  own category types (``CATEGORY_TYPE_BASE`` + index in ``CATEGORIES``, declared with a
+  label starting ``traceatlas category``).
 - Counters: types 42000000-42999999 (Extrae PAPI), or types the ``.pcf`` declares with
   the hardware-counter gradient (7, Extrae's "Hardware Counters") and no ``VALUES``
   table; 41999999 ("Active hardware counter set", an id) is not a counter.
@@ -46,6 +47,8 @@ TIME_ORIGIN_RE = re.compile(r"^#\s*traceatlas time_origin_ns=(-?\d+)\s*$")
 """A ``.prv`` comment line written by the exporter: ns added to every time on reading."""
 
 COUNTER_GRADIENT = 7
+NSYS2PRV_NCCL = 63_000_007
+"""nsys2prv's "NCCL kernel" type (Extrae uses the number for kernel source lines)."""
 NOT_COUNTERS = frozenset({41_999_999})
 MPI_TYPES = {50_000_001: "p2p", 50_000_002: "collective", 50_000_003: "other"}
 
@@ -110,6 +113,8 @@ class Pcf:
                 and info.label.startswith(CATEGORY_LABEL)):
             cat = info.label[len(CATEGORY_LABEL):].strip()
             return cat if cat in CATEGORIES else "other"
+        if etype == NSYS2PRV_NCCL and info is not None and "nccl" in info.label.lower():
+            return "comm_kernel"
         if etype in _FIXED_REGIONS:
             return _FIXED_REGIONS[etype]
         for lo, hi, cat in _REGION_RANGES:
