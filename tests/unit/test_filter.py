@@ -274,7 +274,7 @@ def test_cli_filter_each_option(trace: traceatlas.Trace, tmp_path: Path) -> None
     (["--category", "kernels"], "unknown category 'kernels'"),
     (["--min-dur", "5 minutes"], "bad duration"),
     (["--ranks", "3-1"], "bad rank range"),
-    (["--ranks", "7"], "none of the ranks [7]"),
+    (["--ranks", "7"], "rank 7 is not in this store (ranks 0-1)"),
     (["--window", "1s"], "START:END"),
     (["--step", "9"], "no step 9"),
 ])

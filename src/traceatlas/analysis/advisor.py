@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from traceatlas.analysis.base import Param, Result
+from traceatlas.analysis.base import MAX_COUNT, Param, Result
 
 if TYPE_CHECKING:
     from traceatlas.model.trace import Trace
@@ -32,10 +32,11 @@ class Advisor:
     name = "advisor"
     description = "Ranked findings: what costs time, the evidence, and what to try next"
     params = (
-        Param("top", int, 10, "keep the N costliest findings; 0 = all"),
+        Param("top", int, 10, "keep the N costliest findings; 0 = all", minimum=0,
+              maximum=MAX_COUNT),
         Param("path", str, "PATH", "trace path written into the suggested commands"),
         Param("min_cost_pct", float, 1.0, "drop findings costing less than this percent "
-              "of the trace duration"),
+              "of the trace duration", minimum=0.0, maximum=100.0),
     )
     requires = ("intervals",)
 

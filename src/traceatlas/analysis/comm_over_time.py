@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from traceatlas.analysis.base import Param, Result
+from traceatlas.analysis.base import MAX_BINS, Param, Result
 
 if TYPE_CHECKING:
     from traceatlas.model.trace import Trace
@@ -40,7 +40,8 @@ class CommOverTime:
     name = "comm_over_time"
     description = "Point-to-point messages and bytes in equal time bins (by send start)"
     params = (
-        Param("bins", int, DEFAULT_BINS, "number of time bins (Pipit's default: 50)"),
+        Param("bins", int, DEFAULT_BINS, "number of time bins (Pipit's default: 50)", minimum=1,
+              maximum=MAX_BINS),
         Param("by", str, "send", "bin by send start (send) or by receive end (recv)",
               ("send", "recv")),
     )

@@ -59,8 +59,10 @@ class Counters:
               "regex of the counters giving compute utilisation (%)"),
         Param("memory_counters", str, r"(?i)^dram (read|write)",
               "regex of the counters giving DRAM bandwidth utilisation (%, summed)"),
-        Param("compute_threshold", float, 50.0, "compute_pct at or above: compute-bound (%)"),
-        Param("memory_threshold", float, 50.0, "memory_pct at or above: memory-bound (%)"),
+        Param("compute_threshold", float, 50.0, "compute_pct at or above: compute-bound (%)",
+              minimum=0.0, maximum=100.0),
+        Param("memory_threshold", float, 50.0, "memory_pct at or above: memory-bound (%)",
+              minimum=0.0, maximum=100.0),
     )
     requires = ("counters",)
     """Counter samples or CUPTI range events (``requirements.REQUIREMENTS``)."""

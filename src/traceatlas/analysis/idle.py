@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from traceatlas.analysis.base import Param, Result
+from traceatlas.analysis.base import MAX_NS, Param, Result
 from traceatlas.analysis.requirements import DEVICE_WORK
 from traceatlas.ops.unions import union_ns
 
@@ -69,7 +69,7 @@ class Idle:
     description = "Idle time per rank and stream: host wait, kernel wait, other (HTA)"
     params = (Param("kernel_wait_ns", int, 30_000,
                     "gaps shorter than this (ns) not caused by the host are kernel wait "
-                    "(HTA consecutive_kernel_delay; 30 us)"),)
+                    "(HTA consecutive_kernel_delay; 30 us)", minimum=0, maximum=MAX_NS),)
     requires = ("device",)
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:

@@ -38,7 +38,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from traceatlas.analysis.base import Param, Result
+from traceatlas.analysis.base import MAX_COUNT, Param, Result
 from traceatlas.analysis.requirements import DEVICE_WORK
 from traceatlas.ops.unions import union_ns
 
@@ -72,7 +72,7 @@ class Kernels:
                    "time, log histogram and bimodality flag")
     params = (
         Param("top", int, 0, "keep the N kernels with the largest total time per rank "
-              "(by=name: overall); 0 = all"),
+              "(by=name: overall); 0 = all", minimum=0, maximum=MAX_COUNT),
         Param("by", str, "rank", "rank (per rank and name) or name (across ranks)",
               ("rank", "name")),
         Param("memory", bool, False, "also list memcpy and memset"),

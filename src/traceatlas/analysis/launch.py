@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from traceatlas.analysis.base import Param, Result
+from traceatlas.analysis.base import MAX_NS, Param, Result
 from traceatlas.analysis.requirements import DEVICE_WORK
 
 if TYPE_CHECKING:
@@ -58,11 +58,11 @@ class Launch:
                    "short kernels and long delays")
     params = (
         Param("short_kernel_ns", int, 10_000, "device activity shorter than this (ns) "
-              "counts as a short kernel"),
+              "counts as a short kernel", minimum=0, maximum=MAX_NS),
         Param("long_delay_ns", int, 100_000, "launch delay above this (ns) counts as long "
-              "(HTA launch_delay_cutoff: 100 us)"),
+              "(HTA launch_delay_cutoff: 100 us)", minimum=0, maximum=MAX_NS),
         Param("long_launch_ns", int, 50_000, "launch call longer than this (ns) counts as "
-              "long (HTA runtime_cutoff: 50 us)"),
+              "long (HTA runtime_cutoff: 50 us)", minimum=0, maximum=MAX_NS),
         Param("memory", bool, True, "include memcpy and memset (HTA include_memory_events)"),
     )
     requires = ("correlation",)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from traceatlas.analysis.base import Param, Result
+from traceatlas.analysis.base import MAX_COUNT, Param, Result
 from traceatlas.analysis.profile import CATEGORIES_HELP, per_rank
 from traceatlas.ops.exclusive import rank_stats
 
@@ -40,7 +40,7 @@ class LoadImbalance:
         Param("metric", str, "exclusive", "exclusive (Pipit's default) or inclusive time",
               ("exclusive", "inclusive")),
         Param("num_ranks", int, 1, "how many of the most loaded ranks to list (Pipit's "
-              "num_processes, default 1)"),
+              "num_processes, default 1)", minimum=1, maximum=MAX_COUNT),
         Param("categories", str, "", CATEGORIES_HELP),
         Param("all_ranks", bool, False, "average over every rank of the selection "
               "(absent = 0) instead of the ranks that have the function"),

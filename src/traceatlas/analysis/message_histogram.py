@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from traceatlas.analysis.base import Param, Result
+from traceatlas.analysis.base import MAX_BINS, Param, Result
 
 if TYPE_CHECKING:
     from traceatlas.model.trace import Trace
@@ -36,7 +36,8 @@ class MessageHistogram:
     name = "message_histogram"
     description = "Histogram of point-to-point message sizes (bytes)"
     params = (
-        Param("bins", int, DEFAULT_BINS, "number of bins (Pipit's default: 20)"),
+        Param("bins", int, DEFAULT_BINS, "number of bins (Pipit's default: 20)", minimum=1,
+              maximum=MAX_BINS),
         Param("scale", str, "linear", "linear (as Pipit) or log bin edges",
               ("linear", "log")),
     )

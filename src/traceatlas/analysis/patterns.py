@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.annotations import device_rows, launched_by, nesting_levels
-from traceatlas.analysis.base import Param, Result
+from traceatlas.analysis.base import MAX_COUNT, MAX_NGRAM, Param, Result
 from traceatlas.errors import InputError, MissingDataError
 from traceatlas.ops.unions import union_ns
 
@@ -52,8 +52,10 @@ class Patterns:
     description = "Most frequent device kernel sequences launched under an op (regex)"
     params = (
         Param("op", str, "", "regex on op / annotation names (search); empty: top-level ops"),
-        Param("length", int, 0, "n-gram length in kernels; 0: whole sequence per op instance"),
-        Param("top", int, 20, "rows per rank, most frequent first; 0: all"),
+        Param("length", int, 0, "n-gram length in kernels; 0: whole sequence per op "
+              "instance (memory grows with length)", minimum=0, maximum=MAX_NGRAM),
+        Param("top", int, 20, "rows per rank, most frequent first; 0: all",
+              minimum=0, maximum=MAX_COUNT),
         Param("categories", str, "cpu_op,annotation,nvtx",
               "host categories of the ops, comma-separated"),
     )

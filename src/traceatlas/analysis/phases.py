@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from traceatlas.analysis.base import Param, Result
+from traceatlas.analysis.base import MAX_COUNT, MAX_LEVEL, Param, Result
 from traceatlas.errors import MissingDataError
 
 if TYPE_CHECKING:
@@ -139,10 +139,11 @@ class Phases:
     description = "Repeating iteration structure per rank (loop detection without steps)"
     params = (
         Param("level", int, -1, "depth of the events used; -1 (default): the shallowest "
-              "depth with a repetition"),
+              "depth with a repetition", minimum=-1, maximum=MAX_LEVEL),
         Param("names", str, "", "regex restricting the events used (e.g. "
               "'^MPI_Allreduce$'); empty: every region/MPI call"),
-        Param("min_repeats", int, 3, "fewest full iterations that make a loop"),
+        Param("min_repeats", int, 3, "fewest full iterations that make a loop", minimum=1,
+              maximum=MAX_COUNT),
     )
     requires = ("intervals",)
 

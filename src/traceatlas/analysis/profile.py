@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from traceatlas.analysis.base import Param, Result
+from traceatlas.analysis.base import MAX_COUNT, Param, Result
 from traceatlas.ops.exclusive import exclusive_intervals, rank_stats
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class Profile:
               ("name", "rank")),
         Param("categories", str, "", CATEGORIES_HELP),
         Param("top", int, 0, "keep the N names with the most exclusive time (per rank "
-              "for by=rank); 0 = all"),
+              "for by=rank); 0 = all", minimum=0, maximum=MAX_COUNT),
         Param("all_ranks", bool, False, "by=name: mean/min over every rank of the "
               "selection (absent = 0) instead of the ranks that have the name"),
     )

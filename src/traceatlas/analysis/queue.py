@@ -46,7 +46,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from traceatlas.analysis.base import Param, Result
+from traceatlas.analysis.base import MAX_COUNT, Param, Result
 from traceatlas.analysis.idle import launches
 from traceatlas.analysis.requirements import DEVICE_WORK
 from traceatlas.ops.unions import union_ns
@@ -69,7 +69,8 @@ class Queue:
                    "queue; memcpy/memset bandwidth by kind")
     params = (
         Param("max_queue", int, CUDA_MAX_LAUNCH_QUEUE_PER_STREAM,
-              "queue length counted as full (HTA: 1024, the CUDA launch queue)"),
+              "queue length counted as full (HTA: 1024, the CUDA launch queue)",
+              minimum=1, maximum=MAX_COUNT),
         Param("until", str, "end", "an activity leaves the queue at its end (default) or "
               "start (HTA)", ("end", "start")),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -65,9 +66,16 @@ def parse_params(analysis: Analysis, given: Mapping[str, Any]) -> dict[str, Any]
 
 
 def _convert(param: Param, value: Any, analysis: str) -> Any:
+    """``value`` (CLI text or a Python value) typed and checked against ``param``."""
+    if isinstance(value, str):
+        value = _parse(param, value, analysis)
+    if param.kind in (int, float) and not isinstance(value, bool):
+        _check_range(param, value, analysis)
+    return value
+
+
+def _parse(param: Param, value: str, analysis: str) -> Any:
     where = f"--param {param.name}"
-    if not isinstance(value, str):
-        return value
     if param.choices is not None and value not in param.choices:
         raise InputError(where, f"{value!r} is not one of {', '.join(param.choices)}")
     try:
@@ -77,8 +85,23 @@ def _convert(param: Param, value: Any, analysis: str) -> Any:
             return value.lower() in ("true", "1", "yes")
         return param.kind(value)
     except ValueError:
-        raise InputError(where, f"{analysis} expects {param.kind.__name__}, got {value!r}"
+        shown = value if len(value) <= 40 else value[:40] + "..."
+        raise InputError(where, f"{analysis} expects {param.kind.__name__}, got {shown!r}"
                          ) from None
+
+
+def _check_range(param: Param, value: Any, analysis: str) -> None:
+    """InputError unless ``param.minimum <= value <= param.maximum`` (and finite)."""
+    where = f"--param {param.name}"
+    if not isinstance(value, int | float):
+        raise InputError(where, f"{analysis} expects {param.kind.__name__}, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(where, f"{analysis} expects a finite number, got {value!r}")
+    lo, hi = param.minimum, param.maximum
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        shown = "a number of more than 40 digits" if abs(value) >= 10**40 else str(value)
+        raise InputError(where, f"{shown} is out of range for {analysis} "
+                         f"(allowed: {param.range_text()})")
 
 
 def check_requirements(analysis: Analysis, trace: Trace) -> None:

@@ -41,6 +41,9 @@ if TYPE_CHECKING:
     from traceatlas.model.trace import Trace
     from traceatlas.ops.nesting import IntArray
 
+MAX_PROFILE_BINS = 10_000
+"""Most bins: the table has a row per (name, bin), so memory grows as names x bins."""
+
 
 def run_span(trace: Trace) -> tuple[int, int] | None:
     """Earliest and latest timestamp over the selection's intervals and instants (ns)."""
@@ -84,7 +87,8 @@ class TimeProfile:
     description = ("Exclusive time per function in equal time bins over the run, summed "
                    "over ranks (Vampir/Pipit time profile)")
     params = (
-        Param("bins", int, 50, "number of equal time bins (Pipit's default 50)"),
+        Param("bins", int, 50, "number of equal time bins (Pipit's default 50); the table has "
+              "names x bins rows", minimum=1, maximum=MAX_PROFILE_BINS),
         Param("normalize", bool, False, "add fraction = exclusive_ns / (ranks x bin width)"),
         Param("categories", str, "", CATEGORIES_HELP),
     )

@@ -9,9 +9,11 @@ from typing import Annotated
 import typer
 
 from traceatlas import analysis
+from traceatlas.analysis.base import Param
 from traceatlas.cli import output
 from traceatlas.cli.main import EngineOpt, FormatOpt, _check_format, _guard, _open, app
 from traceatlas.errors import InputError
+from traceatlas.ops.select import parse_rank_spans, parse_window
 
 
 @app.command("analyze")
@@ -20,7 +22,8 @@ def analyze_command(
     name: Annotated[str, typer.Argument(help="Analysis name (see `traceatlas analyses`).")],
     path: Annotated[list[Path], typer.Argument(help="A store, or trace files / directories.")],
     param: Annotated[list[str] | None, typer.Option(
-        "--param", "-p", help="Analysis parameter as key=value (repeatable).")] = None,
+        "--param", "-p", help="Analysis parameter as key=value (repeatable); `traceatlas "
+        "analyses` lists each parameter with its default and allowed range.")] = None,
     fmt: FormatOpt = "table",
     table: Annotated[str | None, typer.Option(
         "--table", help="Print this extra table of the result instead of the main one "
@@ -41,6 +44,10 @@ def analyze_command(
     params = dict(_split(p) for p in param or [])
     spec = analysis.get_analysis(name)
     analysis.registry.parse_params(spec, params)  # bad parameters fail before any ingest
+    if ranks is not None:
+        parse_rank_spans(ranks)
+    if window is not None:
+        parse_window(window)
     trace = _open(path, engine)
     if any(v is not None for v in (ranks, step, window, category, name_regex)):
         trace = trace.select(ranks=ranks, step=step, window=window,
@@ -53,7 +60,7 @@ def analyze_command(
                              f"{', '.join(result.extra) or 'none'})")
         frame = result.extra[table]
     for note in result.notes:
-        output.stderr.print(f"[dim]note[/dim]: {note}", highlight=False)
+        output.note(note)
     output.print_frame(frame, fmt, human=True)
 
 
@@ -63,9 +70,15 @@ def analyses_command() -> None:
     rows = []
     for name in sorted(analysis.ANALYSES):
         spec = analysis.get_analysis(name)
-        params = ", ".join(f"{p.name}={p.default}" for p in spec.params) or "-"
+        params = ", ".join(map(param_text, spec.params)) or "-"
         rows.append((name, spec.description, params, ", ".join(spec.requires) or "-"))
-    output.print_rows(("analysis", "what", "params (defaults)", "needs"), rows)
+    output.print_rows(("analysis", "what", "params (defaults) [range]", "needs"), rows)
+
+
+def param_text(param: Param) -> str:
+    """``bins=50 [1..100000]``, ``by=send [send|recv]`` or ``memory=False``."""
+    allowed = param.range_text() or "|".join(param.choices or ())
+    return f"{param.name}={param.default}" + (f" [{allowed}]" if allowed else "")
 
 
 def _split(text: str) -> tuple[str, str]:

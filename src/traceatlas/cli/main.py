@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -41,7 +42,9 @@ def _check_format(fmt: str, allowed: tuple[str, ...] = FORMATS) -> None:
 
 
 def _guard(fn: F) -> F:
-    """Turn library errors into a one-line message and exit code 2."""
+    """Turn library errors and OS errors (permission denied, disk full, missing
+    directory) into one line on stderr and exit code 2; other traceatlas errors exit 1.
+    Messages are printed literally (``output``)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -49,13 +52,36 @@ def _guard(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except (InputError, StoreError, QueryError) as exc:
-            output.stderr.print(f"[red]error[/red]: {exc}", highlight=False)
+            output.error(str(exc))
             raise typer.Exit(EXIT_BAD_INPUT) from None
-        except (TraceAtlasError, OSError) as exc:
-            output.stderr.print(f"[red]error[/red]: {exc}", highlight=False)
+        except OSError as exc:
+            output.error(os_problem(exc))
+            raise typer.Exit(EXIT_BAD_INPUT) from None
+        except TraceAtlasError as exc:
+            output.error(str(exc))
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def os_problem(exc: OSError) -> str:
+    """``<file>: <reason>`` (``a -> b: <reason>`` for a rename) for an OS error."""
+    names = [n if isinstance(n, str) else os.fsdecode(n) if isinstance(n, bytes) else str(n)
+             for n in (exc.filename, exc.filename2) if n is not None]
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return f"{' -> '.join(names)}: {reason}" if names else reason
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Name ``path`` in an OSError raised inside that names no file (a failed ``write``
+    on a full disk reports only ``[Errno 28] No space left on device``)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
 
 
 def _open(paths: list[Path], engine: str) -> traceatlas.Trace:

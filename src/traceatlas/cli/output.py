@@ -1,4 +1,11 @@
-"""Terminal output helpers: errors, warnings, progress, tables. Only the CLI prints."""
+"""Terminal output helpers: errors, warnings, progress, tables. Only the CLI prints.
+
+Everything printed here is data, shown literally: the consoles never read Rich markup or
+emoji codes in a string (``[bold]``, ``[/]``, ``:x:`` print as typed) and every string
+passes through ``traceatlas.literal.literal`` (control characters and ANSI escape
+sequences are shown as ``\\x1b``-style escapes). Styled prefixes (``error``, ``warning``,
+``note``) are built as ``rich.text.Text``, never as markup. JSON and CSV are written as is.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +15,66 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod, OverflowMethod
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.style import Style
 from rich.table import Table
+from rich.text import Text
+
+from traceatlas.literal import literal
 
 if TYPE_CHECKING:
     import polars as pl
 
-stdout = Console(soft_wrap=True)
-stderr = Console(stderr=True, soft_wrap=True)
+
+
+class LiteralConsole(Console):
+    """A Console for data: strings are never markup or emoji codes, and characters that
+    would act on the terminal are escaped (``literal``). Highlighting is off."""
+
+    def __init__(self, *, stderr: bool = False, **kwargs: Any) -> None:
+        super().__init__(stderr=stderr, markup=False, emoji=False, highlight=False,
+                         soft_wrap=True, **kwargs)
+
+    def render_str(
+        self,
+        text: str,
+        *,
+        style: str | Style = "",
+        justify: JustifyMethod | None = None,
+        overflow: OverflowMethod | None = None,
+        emoji: bool | None = None,
+        markup: bool | None = None,
+        highlight: bool | None = None,
+        highlighter: Callable[[str | Text], Text] | None = None,
+    ) -> Text:
+        """Every string this console prints, tables included, as literal text."""
+        return super().render_str(literal(text), style=style, justify=justify,
+                                  overflow=overflow, emoji=False, markup=False,
+                                  highlight=False, highlighter=None)
+
+
+stdout = LiteralConsole()
+stderr = LiteralConsole(stderr=True)
+
+
+def _line(label: str, style: str, message: str) -> Text:
+    return Text.assemble((label, style), ": ", literal(message))
+
+
+def error(message: str) -> None:
+    """``error: <message>`` on stderr (``message`` shown literally)."""
+    stderr.print(_line("error", "red", message))
+
+
+def note(message: str) -> None:
+    """``note: <message>`` on stderr (``message`` shown literally)."""
+    stderr.print(_line("note", "dim", message))
+
+
+def say(message: str) -> None:
+    """A plain line on stderr (e.g. ``wrote <path>``), shown literally."""
+    stderr.print(Text(literal(message)))
 
 
 def _show_warning(
@@ -27,7 +85,7 @@ def _show_warning(
     file: TextIO | None = None,
     line: str | None = None,
 ) -> None:
-    stderr.print(f"[yellow]warning[/yellow] ({category.__name__}): {message}", highlight=False)
+    stderr.print(_line(f"warning ({category.__name__})", "yellow", str(message)))
 
 
 def install_warning_printer() -> None:
@@ -37,15 +95,17 @@ def install_warning_printer() -> None:
 
 @contextmanager
 def progress(label: str) -> Iterator[Callable[[int, int], None] | None]:
-    """A progress callback drawing a bar on stderr, or None when stderr is not a terminal."""
+    """A progress callback drawing a bar on stderr, or None when stderr is not a terminal.
+    ``label`` is shown literally."""
     if not sys.stderr.isatty():
         yield None
         return
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TextColumn("{task.description}", markup=False), BarColumn(),
+        TextColumn("{task.completed}/{task.total}", markup=False),
         TimeElapsedColumn(), console=stderr, transient=True,
     ) as bar:
-        task = bar.add_task(label, total=None)
+        task = bar.add_task(literal(label), total=None)
 
         def update(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
@@ -67,26 +127,31 @@ def print_frame(frame: pl.DataFrame, fmt: str, *, human: bool = False) -> None:
         sys.stdout.write(frame.write_json() + "\n")
     else:
         if frame.height > TABLE_ROWS:
-            stderr.print(f"[dim]note[/dim]: showing {TABLE_ROWS:,} of {frame.height:,} rows "
-                         "(--format csv or json prints them all)", highlight=False)
+            note(f"showing {TABLE_ROWS:,} of {frame.height:,} rows "
+                 "(--format csv or json prints them all)")
             frame = frame.head(TABLE_ROWS)
         if human:
             frame = humanize(frame)
         table = Table(show_lines=False)
         for name in frame.columns:
-            table.add_column(name, overflow="fold")
+            table.add_column(_cell(name), overflow="fold")
         for row in frame.iter_rows():
-            table.add_row(*("" if v is None else str(v) for v in row))
+            table.add_row(*(_cell("" if v is None else str(v)) for v in row))
         stdout.print(table)
+
+
+def _cell(value: str) -> Text:
+    """A table cell or header: literal text (no markup, control characters escaped)."""
+    return Text(literal(value))
 
 
 def print_kv(title: str, rows: list[tuple[str, Any]]) -> None:
     """A two-column table."""
-    table = Table(title=title, show_header=False)
+    table = Table(title=_cell(title), show_header=False)
     table.add_column("key", style="bold")
     table.add_column("value", overflow="fold")
     for key, value in rows:
-        table.add_row(key, str(value))
+        table.add_row(_cell(key), _cell(str(value)))
     stdout.print(table)
 
 
@@ -124,7 +189,7 @@ def print_rows(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     """A plain table of strings."""
     table = Table()
     for name in header:
-        table.add_column(name, overflow="fold")
+        table.add_column(_cell(name), overflow="fold")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*map(_cell, row))
     stdout.print(table)

@@ -16,7 +16,7 @@ import typer
 
 import traceatlas
 from traceatlas.cli import output
-from traceatlas.cli.main import EngineOpt, _check_format, _guard, app
+from traceatlas.cli.main import EngineOpt, _check_format, _guard, app, writing
 from traceatlas.report import data as report_data
 from traceatlas.report import html, terminal
 
@@ -39,7 +39,8 @@ def _report(paths: list[Path], out: Path | None, fmt: str, engine: str) -> None:
                             overflow="ellipsis",
                             no_wrap=True, soft_wrap=False)
     if out is not None:
-        out.write_text(html.render(data), encoding="utf-8")
+        with writing(out):
+            out.write_text(html.render(data), encoding="utf-8")
         output.stderr.print(f"wrote {out}", highlight=False)
 
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from traceatlas.cli import output
-from traceatlas.cli.main import EngineOpt, _guard, _open, app
+from traceatlas.cli.main import EngineOpt, _guard, _open, app, writing
 from traceatlas.errors import InputError
 from traceatlas.export.registry import EXPORTERS, get_exporter
 from traceatlas.model.schema import CATEGORIES
@@ -21,6 +21,7 @@ from traceatlas.ops.select import (
     DURATION_HELP,
     PSEUDO_CATEGORIES,
     parse_duration,
+    parse_rank_spans,
     parse_window,
     selection_from,
 )
@@ -48,11 +49,12 @@ def export(
 
         if not isinstance(exporter, ChromeExporter):
             raise InputError("--split-ranks", f"only for --to chrome, not {to}")
-        files = exporter.write(trace, out, split_ranks=True)
+        with writing(out):
+            files = exporter.write(trace, out, split_ranks=True)
     else:
-        files = exporter.write(trace, out)
-    output.stderr.print(f"wrote {len(files)} file(s): {', '.join(map(str, files))}",
-                        highlight=False)
+        with writing(out):
+            files = exporter.write(trace, out)
+    output.say(f"wrote {len(files)} file(s): {', '.join(map(str, files))}")
 
 
 FILTER_HELP = (
@@ -98,13 +100,15 @@ def filter_command(
         ("window", window), ("step", step)) if v is not None}
     min_dur_ns = parse_duration(min_dur, "--min-dur") if min_dur is not None else None
     if window is not None:
-        parse_window(window)  # a bad window fails before any ingest
+        parse_window(window)  # a bad window or rank list fails before any ingest
+    if ranks is not None:
+        parse_rank_spans(ranks)
     trace = _open(path, engine)
     selection = selection_from(trace, ranks=ranks, step=step, window=window,
                                categories=category or None, name=name,
                                min_dur_ns=min_dur_ns)
-    store = filter_store(trace, selection, out, spec=spec)
+    with writing(out):
+        store = filter_store(trace, selection, out, spec=spec)
     kept = Trace(store)
     intervals = kept.intervals.select("rank").collect().height
-    output.stderr.print(f"wrote {store}: {len(kept.ranks)} rank(s), {intervals:,} intervals",
-                        highlight=False)
+    output.say(f"wrote {store}: {len(kept.ranks)} rank(s), {intervals:,} intervals")

@@ -4,7 +4,13 @@ Text syntax (all times are integer ns once parsed):
 
 - durations: ``5ms``, ``250us``, ``1.5s``, ``100ns``; units ns, us, ms, s; a bare
   number is ns (``--min-dur``).
-- ranks: ``0,3-5`` -> (0, 3, 4, 5) (``--ranks``).
+- ranks: ``0,3-5`` -> inclusive spans ((0, 0), (3, 5)) (``--ranks``), never enumerated:
+  a selection keeps the ranks of the trace inside the spans (``0-999999999`` costs what
+  ``0-1`` costs). No rank of the trace selected: InputError ("rank 99 is not in this store
+  (ranks 0-1)"); some requested ranks absent: a DataQualityWarning names them and the
+  present ones are kept.
+- every time is an int64 ns (a duration or window side past about 292 years is refused);
+  ``min_dur_ns`` is >= 0.
 - windows: ``START:END``, either side may be empty (open). A side is a duration
   relative to the trace start (the earliest interval start, instant or counter sample of
   the store, over all ranks), or absolute epoch ns when prefixed with ``@``
@@ -37,14 +43,16 @@ Semantics of ``Selection.apply`` (a row is kept when it matches every condition 
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
-from collections.abc import Callable, Iterable, Mapping
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
-from traceatlas.errors import InputError
+from traceatlas.errors import DataQualityWarning, InputError
 from traceatlas.model.schema import CATEGORIES
 
 if TYPE_CHECKING:
@@ -59,33 +67,149 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|ms|s)?\s*$")
 _RANK_ITEM = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 _ABSOLUTE = re.compile(r"^\s*@\s*(-?\d+)\s*$")
 DURATION_HELP = "units ns, us, ms, s; a bare number is ns (e.g. 5ms, 250us, 1.5s)"
+INT64_MAX = 2**63 - 1
+"""Largest time in ns (about 292 years): every time column is int64."""
+MAX_RANKS_LISTED = 1_000_000
+"""``parse_ranks`` enumerates at most this many ranks (selections use spans instead)."""
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """``repr`` of user text, cut to ``limit`` characters."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def parse_duration(text: str, what: str = "duration") -> int:
-    """``"5ms"`` -> 5_000_000 ns. Exact decimal arithmetic; the result is rounded to 1 ns."""
+    """``"5ms"`` -> 5_000_000 ns. Exact decimal arithmetic; the result is rounded to 1 ns
+    and at most ``INT64_MAX`` ns."""
     match = _DURATION.match(text)
     if match is None:
-        raise InputError(what, f"bad duration {text!r} ({DURATION_HELP})")
+        raise InputError(what, f"bad duration {_shown(text)} ({DURATION_HELP})")
     try:
         value = Decimal(match.group(1)) * UNITS_NS[match.group(2) or "ns"]
     except InvalidOperation as exc:  # pragma: no cover - the regex admits valid numbers only
-        raise InputError(what, f"bad duration {text!r} ({DURATION_HELP})") from exc
+        raise InputError(what, f"bad duration {_shown(text)} ({DURATION_HELP})") from exc
+    if value > INT64_MAX:
+        raise InputError(what, f"duration {_shown(text)} is too long (at most {INT64_MAX} ns, "
+                         "about 292 years)")
     return int(value.to_integral_value())
 
 
-def parse_ranks(text: str, what: str = "--ranks") -> tuple[int, ...]:
-    """``"0,3-5"`` -> (0, 3, 4, 5): comma-separated ranks and inclusive ranges, sorted."""
-    ranks: set[int] = set()
+RankSpans = tuple[tuple[int, int], ...]
+"""Inclusive (first, last) rank spans, sorted, disjoint and not adjacent."""
+
+
+def parse_rank_spans(text: str, what: str = "--ranks") -> RankSpans:
+    """``"0,3-5"`` -> ((0, 0), (3, 5)); ``"5-5, 2 ,1-2"`` -> ((1, 2), (5, 5)). Comma-separated
+    ranks and inclusive ranges, merged; the ranks themselves are never enumerated."""
+    spans: list[tuple[int, int]] = []
     for item in text.split(","):
         match = _RANK_ITEM.match(item)
         if match is None:
-            raise InputError(what, f"bad rank list {text!r} (use e.g. 0,3-5)")
+            raise InputError(what, f"bad rank list {_shown(text)} (use e.g. 0,3-5)")
         lo = int(match.group(1))
         hi = int(match.group(2)) if match.group(2) is not None else lo
         if hi < lo:
-            raise InputError(what, f"bad rank range {item.strip()!r} in {text!r} (end < start)")
-        ranks.update(range(lo, hi + 1))
-    return tuple(sorted(ranks))
+            raise InputError(what, f"bad rank range {_shown(item.strip())} in {_shown(text)} "
+                             "(end < start)")
+        spans.append((lo, hi))
+    return merge_spans(spans)
+
+
+def merge_spans(spans: Iterable[tuple[int, int]]) -> RankSpans:
+    """Inclusive spans sorted and merged (overlapping or adjacent spans become one)."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
+def parse_ranks(text: str, what: str = "--ranks") -> tuple[int, ...]:
+    """``"0,3-5"`` -> (0, 3, 4, 5): comma-separated ranks and inclusive ranges, sorted.
+    Refuses lists of more than ``MAX_RANKS_LISTED`` ranks (a selection clips spans to the
+    ranks of its trace instead, see ``resolve_ranks``)."""
+    spans = parse_rank_spans(text, what)
+    if sum(hi - lo + 1 for lo, hi in spans) > MAX_RANKS_LISTED:
+        raise InputError(what, f"rank list {_shown(text)} names more than "
+                         f"{MAX_RANKS_LISTED:,} ranks")
+    return tuple(r for lo, hi in spans for r in range(lo, hi + 1))
+
+
+def format_ranks(ranks: Iterable[int], limit: int = 12) -> str:
+    """(0, 1, 2, 5) -> ``"0-2, 5"``; after ``limit`` items ``", ..."``."""
+    return format_spans(merge_spans((r, r) for r in ranks), limit)
+
+
+def format_spans(spans: RankSpans, limit: int = 12) -> str:
+    """((0, 2), (5, 5)) -> ``"0-2, 5"``; after ``limit`` items ``", ..."``."""
+    text = [str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in spans[:limit]]
+    return ", ".join(text) + (", ..." if len(spans) > limit else "")
+
+
+def resolve_ranks(
+    request: Iterable[int] | str, present: Sequence[int], *, what: str = "--ranks",
+    scope: str = "store",
+) -> tuple[int, ...]:
+    """The ranks of ``present`` (the trace's ranks) that ``request`` names.
+
+    ``request``: text (``"0,3-5"``, spans, never enumerated), a ``range`` (membership
+    test, never enumerated) or any iterable of ints. InputError when none is present
+    ("rank 99 is not in this store (ranks 0-1)"); a DataQualityWarning names the requested
+    ranks that are absent when some are present.
+    """
+    have = sorted(set(present))
+    if isinstance(request, str):
+        spans = parse_rank_spans(request, what)
+        kept = tuple(r for r in have if _in_spans(r, spans))
+        absent, n_absent = _absent(spans, have)
+    elif isinstance(request, range):
+        kept = tuple(r for r in have if r in request)
+        n_absent = len(request) - len(kept)
+        absent = (format_ranks(r for r in request if r not in kept) if len(request) <= 1_000
+                  else f"{n_absent:,} of {request!r}")
+    else:
+        wanted = {_rank_int(r, what) for r in request}
+        kept = tuple(r for r in have if r in wanted)
+        missing = wanted.difference(kept)
+        absent, n_absent = format_ranks(sorted(missing)), len(missing)
+    where = f"this {scope} (ranks {format_ranks(have) or 'none'})"
+    if not kept:
+        if n_absent == 0:
+            raise InputError(what, "no rank selected")
+        verb = "rank {} is" if n_absent == 1 else "ranks {} are"
+        raise InputError(what, f"{verb.format(absent)} not in {where}")
+    if n_absent:
+        verb = "rank {} is" if n_absent == 1 else "ranks {} are"
+        warnings.warn(f"{what}: {verb.format(absent)} not in {where}; selecting "
+                      f"{format_ranks(kept)}", DataQualityWarning, stacklevel=3)
+    return kept
+
+
+def _rank_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(what, f"ranks are integers, got {value!r}")
+    return value
+
+
+def _in_spans(rank: int, spans: RankSpans) -> bool:
+    i = bisect.bisect_right(spans, (rank, INT64_MAX * 4)) - 1
+    return i >= 0 and spans[i][0] <= rank <= spans[i][1]
+
+
+def _absent(spans: RankSpans, have: Sequence[int]) -> tuple[str, int]:
+    """The parts of ``spans`` holding no rank of ``have`` (sorted): text and count."""
+    gaps: list[tuple[int, int]] = []
+    for lo, hi in spans:
+        start = lo
+        for r in have[bisect.bisect_left(have, lo):bisect.bisect_right(have, hi)]:
+            if r > start:
+                gaps.append((start, r - 1))
+            start = r + 1
+        if start <= hi:
+            gaps.append((start, hi))
+    return format_spans(tuple(gaps)), sum(hi - lo + 1 for lo, hi in gaps)
 
 
 @dataclass(frozen=True)
@@ -131,10 +255,32 @@ def _window_side(side: str, text: str, what: str) -> tuple[int | None, bool]:
         return None, False
     match = _ABSOLUTE.match(side)
     if match is not None:
-        return int(match.group(1)), True
+        digits = match.group(1)
+        if len(digits.lstrip("-")) > 19 or not -INT64_MAX - 1 <= int(digits) <= INT64_MAX:
+            raise InputError(what, f"bad window {_shown(text)}: {_shown(side.strip())} is "
+                             "past the int64 ns range (about 292 years from 1970)")
+        return int(digits), True
     if side.strip().startswith("@"):
-        raise InputError(what, f"bad window {text!r}: after '@' give integer epoch ns")
-    return parse_duration(side, what), False
+        raise InputError(what, f"bad window {_shown(text)}: after '@' give integer epoch ns")
+    try:
+        return parse_duration(side, what), False
+    except InputError as exc:
+        raise InputError(what, f"bad window {_shown(text)}: {exc.problem}") from None
+
+
+def check_window(window: tuple[int | None, int | None], what: str = "--window"
+                 ) -> tuple[int | None, int | None]:
+    """An absolute (start_ns, end_ns) window: ints in the int64 range, end >= start."""
+    for side in window:
+        if side is not None and (isinstance(side, bool) or not isinstance(side, int)):
+            raise InputError(what, f"window times are integer ns, got {side!r}")
+        if side is not None and not -INT64_MAX - 1 <= side <= INT64_MAX:
+            raise InputError(what, f"window time {side} is past the int64 ns range "
+                             "(about 292 years from 1970)")
+    start, end = window
+    if start is not None and end is not None and end < start:
+        raise InputError(what, f"window end {end} is before its start {start}")
+    return window
 
 
 PSEUDO_CATEGORIES: tuple[str, ...] = ("counter", "message")
@@ -215,16 +361,27 @@ def selection_from(
     min_dur_ns: int | None = None,
 ) -> Selection:
     """A resolved Selection from Python values or the CLI's text forms."""
-    rank_tuple = parse_ranks(ranks) if isinstance(ranks, str) else (
-        None if ranks is None else tuple(sorted({int(r) for r in ranks})))
+    rank_tuple = None if ranks is None else resolve_ranks(
+        ranks, trace.ranks, scope="selection" if trace.selections else "store")
     cats = None if categories is None else parse_categories(
         [categories] if isinstance(categories, str) else list(categories))
     win: tuple[int | None, int | None] | None
     if isinstance(window, str):
         spec = parse_window(window)
-        win = spec.resolve(trace_start_ns(trace) if spec.needs_trace_start else 0)
+        start = trace_start_ns(trace) if spec.needs_trace_start else 0
+        try:
+            win = check_window(spec.resolve(start))
+        except InputError as exc:
+            raise InputError("--window", f"bad window {_shown(window)}: relative to the trace "
+                             f"start ({start} ns), {exc.problem}") from None
     else:
-        win = window
+        win = None if window is None else check_window(tuple(window))  # type: ignore[arg-type]
+    if min_dur_ns is not None and (isinstance(min_dur_ns, bool) or not isinstance(
+            min_dur_ns, int) or not 0 <= min_dur_ns <= INT64_MAX):
+        raise InputError("min_dur_ns", f"a duration is an integer of 0 to {INT64_MAX} ns, "
+                         f"got {min_dur_ns!r}")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
+        raise InputError("--step", f"a step is an integer, got {step!r}")
     selection = Selection(
         ranks=rank_tuple, categories=cats,
         name_regex=None if name is None else check_regex(name), min_dur_ns=min_dur_ns,

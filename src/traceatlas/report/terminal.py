@@ -1,5 +1,9 @@
 """The report in the terminal (rich): the efficiency tree with colour and the top findings,
-in one screen (``MAX_LINES``). The HTML report has the plots."""
+in one screen (``MAX_LINES``). The HTML report has the plots.
+
+Every piece of text is a ``rich.text.Text`` built from ``literal(...)``: names, paths and
+commands are never read as markup or emoji codes, and characters that would act on the
+terminal (ESC, CR, ...) are shown escaped."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from traceatlas.literal import literal
 from traceatlas.report.svg import fmt_ns
 
 if TYPE_CHECKING:
@@ -48,12 +53,12 @@ def tree_lines(nodes: list[EfficiencyNode], limit: int = MAX_TREE) -> list[Text]
     kept = [n for n in nodes if n.level <= depth][:limit]
     lines: list[Text] = []
     for side in dict.fromkeys(n.side for n in kept):
-        lines.append(Text(f"{side} side", style="bold"))
+        lines.append(Text(literal(f"{side} side"), style="bold"))
         for node in ordered(n for n in kept if n.side == side):
             value = "   n/a" if node.value is None else f"{node.value:6.2f}"
             filled = 0 if node.value is None else round(max(0.0, min(1.0, node.value)) * BAR)
             line = Text("  " + "  " * node.level)
-            line.append(f"{metric_label(node):<{34 - 2 * node.level}}")
+            line.append(literal(f"{metric_label(node):<{34 - 2 * node.level}}"))
             line.append(value + " ", style=f"bold {colour(node.value)}")
             line.append("█" * filled, style=colour(node.value))
             line.append("░" * (BAR - filled), style="dim")
@@ -86,33 +91,34 @@ def finding_lines(run: RunReport, budget: int) -> list[Text]:
         head = Text(f"{f.rank:>2}. ")
         head.append("HIGH " if f.severity == "high" else "info ",
                     style="bold red" if f.severity == "high" else "cyan")
-        head.append(f.statement)
+        head.append(literal(f.statement))
         head.append(f"  (costs {fmt_ns(f.cost_ns)})", style="dim")
         tail = Text("     -> ", style="dim")
         if f.command:  # the zoom-in command first: it is what a long line must not lose
-            tail.append(f.command, style="bold blue")
+            tail.append(literal(f.command), style="bold blue")
             tail.append("  ")
-        tail.append(f.next_step, style="dim")
+        tail.append(literal(f.next_step), style="dim")
         lines += [head, tail]
     return lines
 
 
 def run_lines(run: RunReport, budget: int) -> list[Text]:
     """Header, efficiency tree and findings of one run in ``budget`` lines."""
-    head = Text(run.name, style="bold")
-    head.append(f"  {run.source_format}, {len(run.ranks)} rank(s), span "
-                f"{fmt_ns(run.span_ns)}", style="dim")
+    head = Text(literal(run.name), style="bold")
+    head.append(literal(f"  {run.source_format}, {len(run.ranks)} rank(s), span "
+                        f"{fmt_ns(run.span_ns)}"), style="dim")
     lines = [head, Text("Efficiency (POP: >= 0.80 good)", style="bold underline")]
     if run.efficiency:
         lines += tree_lines(run.efficiency, min(MAX_TREE, budget // 2))
     else:
-        lines.append(Text(f"  not available: {run.missing.get('efficiency', '')}", "dim"))
+        lines.append(Text(literal(f"  not available: {run.missing.get('efficiency', '')}"),
+                          "dim"))
     lines.append(Text("Top findings", style="bold underline"))
     if run.findings:
         lines += finding_lines(run, budget - len(lines) - 1)
     else:
         reason = run.missing.get("findings")
-        lines.append(Text(f"  not available: {reason}" if reason else
+        lines.append(Text(literal(f"  not available: {reason}") if reason else
                           "  none: no finding costs more than the advisor's threshold "
                           "(1% of the run)", "dim"))
     return lines
@@ -124,9 +130,9 @@ def scalability_table(data: ReportData) -> Table:
                   header_style="bold")
     columns = list(data.scalability[0]) if data.scalability else []
     for c in columns:
-        table.add_column(c, overflow="ellipsis", max_width=28)
+        table.add_column(Text(literal(c)), overflow="ellipsis", max_width=28)
     for row in data.scalability:
-        table.add_row(*(_cell(row[c]) for c in columns))
+        table.add_row(*(Text(literal(_cell(row[c]))) for c in columns))
     return table
 
 
@@ -151,7 +157,7 @@ def renderable(data: ReportData, max_lines: int = MAX_LINES, *,
             budget -= len(data.scalability) + 3
         else:
             parts.append(Text("scalability: not available: "
-                              + data.missing.get("scalability", ""), style="dim"))
+                              + literal(data.missing.get("scalability", "")), style="dim"))
             budget -= 1
         for run in data.runs[:-1]:
             parts.append(run_summary(run))
@@ -164,10 +170,10 @@ def renderable(data: ReportData, max_lines: int = MAX_LINES, *,
 
 def run_summary(run: RunReport) -> Text:
     """One line: the run and its top-level efficiencies."""
-    line = Text(f"{run.name}: {len(run.ranks)} rank(s), {fmt_ns(run.span_ns)}")
+    line = Text(literal(f"{run.name}: {len(run.ranks)} rank(s), {fmt_ns(run.span_ns)}"))
     for node in run.efficiency:
         if node.level == 0:
-            line.append(f"  {node.metric} ")
+            line.append(literal(f"  {node.metric} "))
             line.append("n/a" if node.value is None else f"{node.value:.2f}",
                         style=colour(node.value))
     return line
@@ -176,7 +182,8 @@ def run_summary(run: RunReport) -> Text:
 def to_text(data: ReportData, width: int = 100, color: bool = False) -> str:
     """The terminal report as text (ANSI colours when ``color``)."""
     console = Console(file=io.StringIO(), width=width, force_terminal=color,
-                      color_system="standard" if color else None, record=True)
+                      color_system="standard" if color else None, record=True,
+                      markup=False, emoji=False, highlight=False)
     console.print(renderable(data), crop=True, overflow="ellipsis", soft_wrap=False,
                   no_wrap=True)
     return console.export_text(styles=color)
