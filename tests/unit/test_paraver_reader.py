@@ -223,8 +223,10 @@ def test_tar_member_refused(tmp_path: Path) -> None:
 
 
 def test_bad_record_names_line(tmp_path: Path) -> None:
+    """A damaged record is dropped with a warning naming its line (issue 18); a body
+    without any usable record is refused."""
     prv = _write(tmp_path, "_ns", body="1:1:1:1:1:0:5:1\n2:1:1:1:1:x:50000001:3\n")
-    with pytest.raises(CorruptTraceError, match="line 3"):
+    with pytest.warns(DataQualityWarning, match="1 damaged record line.*line 3"):
         ParaverReader().read(Source(str(prv)))
     prv = _write(tmp_path, "_ns", body="1:1:1:1:9:0:5:1\n")
     with pytest.raises(CorruptTraceError, match="does not declare"):

@@ -11,10 +11,12 @@ sender; type 4 is counted and not kept. Times are converted exactly to int64 ns 
 unit ``_ns``/``_us``/``_ms``, no suffix = us). Records per type and event pairs per kind
 are kept in ``metadata`` so a user can check nothing was dropped.
 
-How: the body is split into lines with numpy (newline positions) into one Arrow string
-array, lines are grouped by record type from their first byte, and each group is split on
-``:`` and cast to int64 by Arrow, so no Python loop runs over records; region pairing
-and depth are numpy.
+How: ``paraver_body.py`` turns the records into int64 arrays (vectorised; damaged
+records counted, dropped and reported, the file refused when none is usable); region
+pairing and depth are numpy. A ``.pcf`` or ``.row`` that is not one (binary data, no
+section or LEVEL block) is ignored with a warning naming it: the records do not need it
+(the trace reads as if it were missing), and refusing the whole trace for a damaged
+label file would lose the data a user can still look at.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from __future__ import annotations
 import json
 import re
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +32,10 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traceatlas.errors import CorruptTraceError, DataQualityWarning, UnsupportedFormatError
-from traceatlas.io.paraver_pcf import (
-    TIME_ORIGIN_RE,
-    Pcf,
-    parse_pcf,
-    parse_row,
-    read_companion,
-)
+from traceatlas.errors import DataQualityWarning, UnsupportedFormatError
+from traceatlas.io.paraver_body import STATE_REVERSED, Body, Header, parse_header
+from traceatlas.io.paraver_pcf import Pcf, binary_problem, companion_path, parse_pcf, parse_row
+from traceatlas.io.quality import DATA_QUALITY_KEY, Note, notes_json, report
 from traceatlas.io.reading import RankData
 from traceatlas.io.sources import Source
 from traceatlas.model.schema import DEVICE_CATEGORIES, empty_table
@@ -46,39 +43,8 @@ from traceatlas.ops.nesting import nesting_depth, sort_for_nesting
 
 I64 = npt.NDArray[np.int64]
 CLOCK_METHOD = "Paraver (one clock for all tasks)"
-UNITS_NS: dict[str, int] = {"ns": 1, "us": 1_000, "ms": 1_000_000}
-"""Header time unit suffix -> ns per unit (no suffix: us)."""
-_HEADER = re.compile(
-    r"^#Paraver \((?P<date>[^)]*)\):(?P<end>\d+)(?:_(?P<unit>ns|us|ms))?:"
-    r"(?P<resources>\d+(?:\([\d,\s]*\))?):(?P<n_appl>\d+):(?P<apps>.*)$"
-)
-_APP = re.compile(r"(\d+)\(([^)]*)\)")
 _STREAM_NAME = re.compile(r"(?:GPU|CUDA-D|device)\s*(\d+).*?(?:stream|\.S|S)\s*(\d+)",
                           re.IGNORECASE)
-_RECORD_FIELDS = {1: 8, 3: 15}
-
-
-@dataclass(frozen=True)
-class Header:
-    """The first line of a ``.prv``: end time, unit and process model."""
-
-    text: str
-    end_ns: int
-    unit: str
-    threads: list[list[int]]  # per application, threads per task
-    nodes: list[list[int]]  # per application, node of each task (1-based, 0 = none)
-    n_communicators: int
-
-    @property
-    def task_offsets(self) -> list[int]:
-        """Rank of the first task of each application."""
-        sizes = [len(t) for t in self.threads]
-        return [sum(sizes[:i]) for i in range(len(sizes))]
-
-    @property
-    def n_tasks(self) -> int:
-        """Tasks of all applications."""
-        return sum(len(t) for t in self.threads)
 
 
 class ParaverReader:
@@ -103,188 +69,94 @@ class ParaverReader:
         data = source.read_bytes()
         header, body_at = parse_header(data, source.display)
         prv = Path(source.path)
-        pcf_text = read_companion(prv, ".pcf")
-        if pcf_text is None:
-            warnings.warn(f"{source.display}: no .pcf beside the trace; states and event "
-                          "types keep numeric labels", DataQualityWarning, stacklevel=2)
-        pcf = parse_pcf(pcf_text or "")
-        row_text = read_companion(prv, ".row")
-        rows = parse_row(row_text or "")
-        body = _Body.parse(data, body_at, header, source.display)
+        companions: dict[str, str] = {}
+        pcf, companions["pcf"] = _read_pcf(prv, source.display)
+        rows, companions["row"] = _read_row(prv, header)
+        body = Body.parse(data, body_at, header, source.display)
         del data
-        return _Assembler(source, header, pcf, rows, body).ranks()
+        notes = _report_body(body, source.display)
+        return _Assembler(source, header, pcf, rows, body, companions, notes).ranks()
 
 
-def parse_header(data: bytes, display: str) -> tuple[Header, int]:
-    """Parse the header line; return it and the offset of the first body line."""
-    start = 0
-    if data.startswith(b"new format"):
-        start = data.find(b"\n") + 1
-    end = data.find(b"\n", start)
-    end = len(data) if end < 0 else end
-    line = data[start:end].decode("ascii", errors="replace").rstrip("\r")
-    match = _HEADER.match(line)
-    if match is None:
-        raise CorruptTraceError(display, f"broken Paraver header {line[:120]!r} (expected "
-                                "'#Paraver (<date>):<end>[_ns|_us|_ms]:<resources>:"
-                                "<n_appl>:<tasks>(<threads>:<node>,...)')")
-    apps = list(_APP.finditer(match["apps"]))
-    n_appl = int(match["n_appl"])
-    tail = match["apps"][apps[-1].end():] if apps else match["apps"]
-    if len(apps) != n_appl or not re.fullmatch(r"(,\d+)?\s*", tail):
-        raise CorruptTraceError(display, f"broken Paraver header: process model "
-                                f"{match['apps']!r} does not list {n_appl} application(s)")
-    threads: list[list[int]] = []
-    nodes: list[list[int]] = []
-    for app in apps:
-        tasks = [t.split(":") for t in app.group(2).split(",") if t.strip()]
-        if len(tasks) != int(app.group(1)) or any(
-            len(t) != 2 or not (t[0].strip().isdigit() and t[1].strip().isdigit())
-            for t in tasks
-        ):
-            raise CorruptTraceError(display, f"broken Paraver header: application "
-                                    f"{app.group(0)!r} is not <tasks>(<threads>:<node>,...)")
-        threads.append([int(t[0]) for t in tasks])
-        nodes.append([int(t[1]) for t in tasks])
-    unit = match["unit"] or "us"
-    header = Header(line, int(match["end"]) * UNITS_NS[unit], unit, threads, nodes,
-                    int(tail.strip(", ") or 0))
-    return header, end + 1
+def _warn(message: str) -> None:
+    warnings.warn(message, DataQualityWarning, stacklevel=4)
 
 
-@dataclass
-class _Body:
-    """Body records as int64 columns (times already in ns, without the time origin)."""
-
-    counts: dict[str, int]
-    states: I64  # (n, 8) fields
-    state_lines: I64
-    ev_fields: I64  # (n_lines, 6): type, cpu, appl, task, thread, time
-    ev_lines: I64
-    pairs: I64  # (n_pairs, 4): event line index, type, value, order
-    comms: I64  # (n, 15)
-    origin_ns: int
-
-    @classmethod
-    def parse(cls, data: bytes, at: int, header: Header, display: str) -> _Body:
-        buf = np.frombuffer(data, dtype=np.uint8)
-        newlines = np.flatnonzero(buf == 10)
-        starts = np.concatenate(([at], newlines[newlines >= at] + 1)).astype(np.int64)
-        starts = starts[starts < len(buf)]
-        offsets = np.append(starts, len(buf)).astype(np.int64)
-        lines = pa.LargeStringArray.from_buffers(
-            len(starts), pa.py_buffer(offsets), pa.py_buffer(data)
-        )
-        line_no = np.arange(len(starts), dtype=np.int64) + 2 + data[:at].count(b"\n") - 1
-        first = buf[starts]
-        second = buf[np.minimum(starts + 1, len(buf) - 1)]
-        is_record = (second == ord(":")) & np.isin(first, np.frombuffer(b"1234", np.uint8))
-        kind = np.where(is_record, first - ord("0"), 0).astype(np.int64)
-        counts = {str(k): int(np.count_nonzero(kind == k)) for k in (1, 2, 3, 4)}
-        other = first[~is_record]
-        counts["comment"] = int(np.count_nonzero(other == ord("#")))
-        counts["communicator"] = int(np.count_nonzero(np.isin(other, np.frombuffer(
-            b"cCiI", np.uint8))))
-        blank = np.isin(other, np.frombuffer(b"\n\r", np.uint8))
-        counts["unrecognised"] = len(other) - counts["comment"] - counts["communicator"] - int(
-            np.count_nonzero(blank))
-        if counts["unrecognised"]:
-            warnings.warn(f"{display}: {counts['unrecognised']} body line(s) are not Paraver "
-                          "records (type 1-4), comments or communicators; skipped",
-                          DataQualityWarning, stacklevel=3)
-        if counts["4"]:
-            warnings.warn(f"{display}: {counts['4']} global communication record(s) (type 4) "
-                          "are counted in metadata but not kept", DataQualityWarning,
-                          stacklevel=3)
-        origin = 0
-        comment_idx = np.flatnonzero(first == ord("#"))
-        for i in comment_idx[:16].tolist():
-            found = TIME_ORIGIN_RE.match(lines[i].as_py().strip())
-            if found:
-                origin = int(found.group(1))
-        unit = UNITS_NS[header.unit]
-
-        def fields(k: int) -> tuple[I64, I64, I64]:
-            idx = np.flatnonzero(kind == k)
-            sub = pc.utf8_rtrim_whitespace(lines.take(pa.array(idx)))
-            parts = pc.split_pattern(sub, ":")
-            lengths = pc.list_value_length(parts).to_numpy().astype(np.int64)
-            values = _to_int(pc.list_flatten(parts), lengths, line_no[idx], display)
-            return values, lengths, line_no[idx]
-
-        states, lengths, state_lines = fields(1)
-        _check_lengths(lengths, state_lines, lambda n: n == 8, "a state needs 8 fields", display)
-        states = states.reshape(-1, 8)
-        states[:, 5:7] *= unit
-        flat, lengths, ev_lines = fields(2)
-        _check_lengths(lengths, ev_lines, lambda n: (n >= 8) & (n % 2 == 0),
-                       "an event needs 6 fields and type:value pairs", display)
-        line_at = (np.cumsum(lengths) - lengths).astype(np.int64)
-        ev_fields = flat[line_at[:, None] + np.arange(6)]
-        ev_fields[:, 5] *= unit
-        n_pairs = (lengths - 6) // 2
-        owner = np.repeat(np.arange(len(lengths), dtype=np.int64), n_pairs)
-        j = np.arange(len(owner), dtype=np.int64) - np.repeat(
-            np.cumsum(n_pairs) - n_pairs, n_pairs)
-        at_type = line_at[owner] + 6 + 2 * j
-        stride = int(n_pairs.max(initial=0)) + 1
-        pairs = np.stack([owner, flat[at_type], flat[at_type + 1], owner * stride + j], axis=1)
-        comms, lengths, comm_lines = fields(3)
-        _check_lengths(lengths, comm_lines, lambda n: n == 15,
-                       "a communication needs 15 fields", display)
-        comms = comms.reshape(-1, 15)
-        comms[:, [5, 6, 11, 12]] *= unit
-        body = cls(counts, states, state_lines, ev_fields, ev_lines, pairs, comms, origin)
-        body.check_objects(header, display)
-        return body
-
-    def check_objects(self, header: Header, display: str) -> None:
-        """Every record names an application, task and thread of the header."""
-        refs: list[tuple[I64, I64 | None]] = [(self.states[:, 2:5], self.state_lines),
-                                              (self.ev_fields[:, 2:5], self.ev_lines)]
-        refs += [(self.comms[:, 2:5], None), (self.comms[:, 8:11], None)]
-        for obj, lines in refs:
-            if not len(obj):
-                continue
-            bad = ~valid_objects(obj, header)
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                where = f"line {lines[i]}" if lines is not None else "a communication"
-                raise CorruptTraceError(display, f"{where} refers to application:task:thread "
-                                        f"{':'.join(map(str, obj[i].tolist()))}, which the "
-                                        "header does not declare")
+def _companion_text(prv: Path, suffix: str) -> tuple[str | None, str]:
+    """(text of the companion file or None, its state: read / missing / ignored)."""
+    path = companion_path(prv, suffix)
+    if not path.is_file():
+        return None, "missing"
+    data = path.read_bytes()
+    problem = binary_problem(data)
+    if problem is not None:
+        _warn(f"{path}: ignored, {problem}; the trace reads as without a {suffix}")
+        return None, f"ignored ({problem})"
+    return data.decode("utf-8", errors="replace"), "read"
 
 
-def valid_objects(obj: I64, header: Header) -> npt.NDArray[np.bool_]:
-    """Rows (appl, task, thread) that exist in the header's process model."""
-    ok = (obj[:, 0] >= 1) & (obj[:, 0] <= len(header.threads)) & (obj[:, 1] >= 1) & (
-        obj[:, 2] >= 1)
-    for a, per_task in enumerate(header.threads, start=1):
-        in_app = obj[:, 0] == a
-        limit = np.asarray([0, *per_task], dtype=np.int64)
-        task = np.clip(obj[:, 1], 0, len(per_task))
-        ok &= ~in_app | ((obj[:, 1] <= len(per_task)) & (obj[:, 2] <= limit[task]))
-    return ok
+def _read_pcf(prv: Path, display: str) -> tuple[Pcf, str]:
+    """The ``.pcf`` beside ``prv`` (empty when missing or not a .pcf) and its state."""
+    text, state = _companion_text(prv, ".pcf")
+    path = companion_path(prv, ".pcf")
+    if state == "missing":
+        _warn(f"{display}: no .pcf beside the trace; states and event types keep numeric "
+              "labels")
+    pcf = parse_pcf(text or "")
+    if text is not None and text.strip() and not pcf.sections:
+        _warn(f"{path}: ignored, no Paraver .pcf section (STATES, EVENT_TYPE, ...); the "
+              "trace reads as without a .pcf")
+        return Pcf(), "ignored (no .pcf section)"
+    if pcf.skipped:
+        _warn(f"{path}: {len(pcf.skipped)} line(s) in STATES/EVENT_TYPE blocks are not "
+              f"'<value> <label>' or '<gradient> <type> <label>' (first: line "
+              f"{pcf.skipped[0]}); skipped")
+    return pcf, state
 
 
-def _to_int(values: Any, lengths: I64, lines: I64, display: str) -> I64:
-    try:
-        return np.asarray(pc.cast(values, pa.int64()).to_numpy(), dtype=np.int64).copy()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        ends = np.cumsum(lengths)
-        digits = pc.match_substring_regex(values, r"^-?\d{1,18}$").to_numpy(
-            zero_copy_only=False)
-        bad = int(np.flatnonzero(~digits)[0]) if not digits.all() else 0
-        line = lines[int(np.searchsorted(ends, bad, side="right"))]
-        raise CorruptTraceError(display, f"line {line}: field {values[bad].as_py()!r} is "
-                                "not an integer") from None
+def _read_row(prv: Path, header: Header) -> tuple[dict[str, list[str]], str]:
+    """Names of the ``.row`` beside ``prv`` (empty when missing or not a .row) and its
+    state; THREAD names are used only when there is one per thread of the header."""
+    text, state = _companion_text(prv, ".row")
+    path = companion_path(prv, ".row")
+    problems: list[str] = []
+    rows = parse_row(text or "", problems)
+    if text is not None and text.strip() and not rows:
+        _warn(f"{path}: ignored, no 'LEVEL <name> SIZE <n>' block")
+        return {}, "ignored (no LEVEL block)"
+    threads = sum(map(sum, header.threads))
+    if "THREAD" in rows and len(rows["THREAD"]) != threads:
+        problems.append(f"{len(rows['THREAD'])} thread name(s) for the {threads} thread(s) "
+                        "of the trace; thread names not used")
+        del rows["THREAD"]
+    if problems:
+        _warn(f"{path}: {'; '.join(problems)}")
+    return rows, state
 
 
-def _check_lengths(lengths: I64, lines: I64, ok: Any, what: str, display: str) -> None:
-    bad = ~np.asarray(ok(lengths), dtype=bool)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise CorruptTraceError(display, f"line {lines[i]}: {what} (found {lengths[i]})")
+def _report_body(body: Body, display: str) -> list[Note]:
+    """Warn about what the body parser skipped or dropped; the notes for metadata."""
+    counts, drops, notes = body.counts, body.drops, []
+    if counts["unrecognised"]:
+        _warn(f"{display}: {counts['unrecognised']} body line(s) are not Paraver records "
+              "(type 1-4), comments or communicators; skipped")
+    if counts["4"]:
+        _warn(f"{display}: {counts['4']} global communication record(s) (type 4) are "
+              "counted in metadata but not kept")
+    if drops.total:
+        _warn(f"{display}: {drops.total} damaged record line(s) dropped: {drops.describe()}")
+    for reason, n in drops.count.items():
+        states = reason == STATE_REVERSED
+        notes.append(Note(display, "records", f"{n} line(s) dropped: {reason} (first: line "
+                          f"{drops.first[reason]})", n, ("state",) if states else (),
+                          tables=("intervals",) if states else
+                          ("intervals", "instants", "counters", "messages")))
+    if body.received_before_sent:
+        report(notes, Note(display, "communications",
+                           f"{body.received_before_sent} received (physical receive) before "
+                           "they were sent (logical send): clocks of the tasks disagree; kept"),
+               stacklevel=3)
+    return notes
 
 
 def pair_regions(group: I64, opens: npt.NDArray[np.bool_]) -> tuple[I64, I64, I64, I64]:
@@ -326,8 +198,10 @@ class _Assembler:
     """Body arrays + .pcf/.row -> canonical tables, split by rank."""
 
     def __init__(self, source: Source, header: Header, pcf: Pcf,
-                 rows: dict[str, list[str]], body: _Body) -> None:
+                 rows: dict[str, list[str]], body: Body, companions: dict[str, str],
+                 notes: list[Note]) -> None:
         self.source, self.header, self.pcf, self.rows, self.body = source, header, pcf, rows, body
+        self.companions, self.notes = companions, notes
         self.display = source.display
         self.origin = body.origin_ns
         self.offsets = np.asarray(header.task_offsets, dtype=np.int64)
@@ -565,7 +439,6 @@ class _Assembler:
     def metadata(self, rank: int) -> pa.Table:
         b = self.body
         mine = {k: int(v[rank]) for k, v in self.rank_records.items()}
-        prv = Path(self.source.path)
         items: dict[str, Any] = {
             "source_file": self.display,
             "paraver_header": self.header.text,
@@ -575,12 +448,15 @@ class _Assembler:
             "paraver_record_counts_file": b.counts,
             "paraver_record_counts_rank": mine,
             "paraver_event_pairs_file": self.pair_counts,
-            "paraver_pcf": read_companion(prv, ".pcf") is not None,
-            "paraver_row": read_companion(prv, ".row") is not None,
+            "paraver_records_dropped": b.drops.count,
+            "paraver_messages_received_before_sent": b.received_before_sent,
+            "paraver_pcf": self.companions["pcf"],
+            "paraver_row": self.companions["row"],
             "paraver_undeclared_event_types": self.undeclared,
             "paraver_counter_types": self.counter_types,
             "paraver_states_derived": self.pcf.derived_states,
             "paraver_applications": [len(t) for t in self.header.threads],
+            DATA_QUALITY_KEY: notes_json(self.notes),
         }
         return pa.table({"key": pa.array(list(items), pa.string()),
                          "value": pa.array([json.dumps(v) for v in items.values()],

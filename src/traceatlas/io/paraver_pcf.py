@@ -96,10 +96,14 @@ class EventType:
 
 @dataclass
 class Pcf:
-    """What a ``.pcf`` declares; empty when there is none."""
+    """What a ``.pcf`` declares; empty when there is none. ``sections``: section
+    keywords seen; ``skipped``: numbers (1-based) of the STATES/EVENT_TYPE lines that
+    could not be parsed (and lines before the first section)."""
 
     states: dict[int, str] = field(default_factory=dict)
     types: dict[int, EventType] = field(default_factory=dict)
+    sections: int = 0
+    skipped: list[int] = field(default_factory=list)
 
     def type_label(self, etype: int) -> str:
         """The type's label, or the number as text when undeclared."""
@@ -153,71 +157,117 @@ _SECTIONS = frozenset({"DEFAULT_OPTIONS", "DEFAULT_SEMANTIC", "STATES", "STATES_
 
 
 def parse_pcf(text: str) -> Pcf:
-    """Parse ``.pcf`` text (unparseable lines are skipped, as Paraver does)."""
+    """Parse ``.pcf`` text (unparseable lines are skipped, as Paraver does, and their
+    numbers kept in ``Pcf.skipped``). Lines end at ``\n`` only and labels lose only
+    ASCII blanks at their ends, so any other character is part of a label."""
     pcf = Pcf()
     section = ""
     block: list[int] = []
     in_values = False
-    for raw in text.splitlines():
-        line = raw.replace("\t", " ").strip()
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.replace("\t", " ").strip(_BLANKS)
         if not line or line.startswith("#"):
             continue
         if line in _SECTIONS:
             section, block, in_values = line, [], False
+            pcf.sections += 1
             continue
+        ok = section not in ("", "STATES", "EVENT_TYPE")  # other sections: free text
         if section == "STATES":
             value, _, label = line.partition(" ")
-            if _is_int(value):
-                pcf.states[int(value)] = label.strip()
+            if ok := _is_int(value):
+                pcf.states[int(value)] = label.strip(_BLANKS)
         elif section == "EVENT_TYPE":
             if line == "VALUES":
-                in_values = True
+                ok = in_values = True
                 for t in block:
                     pcf.types[t].has_values = True
             elif line.startswith("PRECISION"):
-                continue
+                ok = True
             elif in_values:
                 value, _, label = line.partition(" ")
-                if _is_int(value):
+                if ok := _is_int(value):
                     for t in block:
-                        pcf.types[t].values[int(value)] = label.strip()
+                        pcf.types[t].values[int(value)] = label.strip(_BLANKS)
             else:
-                parts = line.split(None, 2)
-                if len(parts) >= 2 and _is_int(parts[0]) and _is_int(parts[1]):
-                    etype = int(parts[1])
-                    pcf.types[etype] = EventType(int(parts[0]),
-                                                 parts[2].strip() if len(parts) > 2 else "")
+                match = _TYPE_LINE.fullmatch(line)
+                if ok := match is not None:
+                    etype = int(match[2])
+                    pcf.types[etype] = EventType(int(match[1]),
+                                                 (match[3] or "").strip(_BLANKS))
                     block.append(etype)
+        if not ok:
+            pcf.skipped.append(number)
     return pcf
 
 
-def parse_row(text: str) -> dict[str, list[str]]:
-    """``.row`` text -> level name (``THREAD``, ``CPU``, ``NODE``...) -> names in order."""
+def parse_row(text: str, problems: list[str] | None = None) -> dict[str, list[str]]:
+    """``.row`` text -> level name (``THREAD``, ``CPU``, ``NODE``...) -> names in order.
+
+    A ``LEVEL <name> SIZE <n>`` line opens a level of the next n non-blank lines (names
+    first: a name may itself read ``LEVEL ...``). What does not fit (a level cut short,
+    lines outside any level) is described in ``problems`` when given.
+    """
     levels: dict[str, list[str]] = {}
     current: list[str] | None = None
-    remaining = 0
-    for raw in text.splitlines():
-        line = raw.strip()
-        match = re.match(r"^LEVEL\s+(\w+)\s+SIZE\s+(\d+)$", line)
-        if match:
-            current = levels.setdefault(match.group(1).upper(), [])
-            remaining = int(match.group(2))
-            continue
+    remaining, name, stray = 0, "", 0
+    for raw in text.split("\n"):
+        line = raw.strip(_BLANKS)
         if current is not None and remaining > 0 and line:
             current.append(line)
             remaining -= 1
+            continue
+        match = _ROW_LEVEL.match(line)
+        if match:
+            name = match.group(1).upper()
+            current = levels.setdefault(name, [])
+            remaining = int(match.group(2))
+        elif line:
+            stray += 1
+    if problems is not None:
+        if remaining:
+            problems.append(f"level {name} lists {len(levels[name])} name(s) of the "
+                            f"{len(levels[name]) + remaining} it declares")
+        if stray:
+            problems.append(f"{stray} line(s) outside any LEVEL block")
     return levels
+
+
+def companion_path(prv: Path, suffix: str) -> Path:
+    """The ``.pcf``/``.row`` beside ``prv`` (same stem)."""
+    name = prv.name
+    stem = name[: -len(".prv.gz")] if name.endswith(".prv.gz") else name.removesuffix(".prv")
+    return prv.with_name(stem + suffix)
 
 
 def read_companion(prv: Path, suffix: str) -> str | None:
     """Text of the ``.pcf``/``.row`` beside ``prv`` (same stem), or None when missing."""
-    name = prv.name
-    stem = name[: -len(".prv.gz")] if name.endswith(".prv.gz") else name.removesuffix(".prv")
-    path = prv.with_name(stem + suffix)
+    path = companion_path(prv, suffix)
     if not path.is_file():
         return None
     return path.read_text(encoding="utf-8", errors="replace")
 
 
+def binary_problem(data: bytes) -> str | None:
+    """Why ``data`` cannot be a text companion file (NUL bytes, or more than 1% of it
+    not UTF-8), else None."""
+    if b"\x00" in data:
+        return "it holds binary data (NUL bytes)"
+    text = data.decode("utf-8", errors="replace")
+    bad = text.count("\ufffd") - data.decode("utf-8", errors="ignore").count("\ufffd")
+    if bad > max(1, len(data) // 100):
+        return f"it is not text ({bad} byte sequences are not UTF-8)"
+    return None
+
+
+_BLANKS = " \t\r"
+"""What a line or label loses at its ends (ASCII only: other spaces are name data)."""
+_ROW_LEVEL = re.compile(r"^LEVEL\s+(\w+)\s+SIZE\s+([0-9]{1,9})$", re.ASCII)
+_INT = re.compile(r"-?[0-9]{1,18}", re.ASCII)
+_TYPE_LINE = re.compile(r"(-?[0-9]{1,18}) +(-?[0-9]{1,18})(?: +(.*))?", re.ASCII | re.DOTALL)
+"""``<gradient> <type> [<label>]`` of an EVENT_TYPE block (tabs already spaces)."""
+
+
 def _is_int(text: str) -> bool:
-    return text.lstrip("-").isdigit()
+    """ASCII digits only (``'²'.isdigit()`` is true, ``int('²')`` fails)."""
+    return _INT.fullmatch(text) is not None

@@ -40,7 +40,8 @@ class Note:
 
     def text(self) -> str:
         """One line: ``<file>: <table> <problem>``."""
-        return f"{self.file}: {self.table} {self.problem}"
+        return f"{self.file}: {self.table} {self.problem}" if self.table else \
+            f"{self.file}: {self.problem}"
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict (lists for the tuples)."""
