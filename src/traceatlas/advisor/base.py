@@ -3,6 +3,7 @@ analysis results it needs, computed on first use and cached)."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -137,8 +138,11 @@ class Context:
         return f"{(start_ns - t0) / 1e9:.3f}-{(end_ns - t0) / 1e9:.3f} s"
 
     def command(self, analysis: str, *options: str) -> str:
-        """``traceatlas analyze ANALYSIS PATH OPTIONS...``."""
-        return " ".join(("traceatlas analyze", analysis, self.path, *options))
+        """``traceatlas analyze ANALYSIS PATH OPTIONS...``, quoted for a POSIX shell
+        (``shlex.join``): a path such as ``run 1 (a)`` or ``$(x)`` pastes as one argument;
+        a relative path starting with ``-`` gets ``./`` so that it is not an option."""
+        path = f"./{self.path}" if self.path.startswith("-") else self.path
+        return shlex.join(("traceatlas", "analyze", analysis, path, *options))
 
 
 def fmt_ns(ns: float) -> str:

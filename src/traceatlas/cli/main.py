@@ -178,10 +178,17 @@ def sql(
         ("tracks", "intervals", "instants", "counters", "flows", "messages", "metadata")))],
     fmt: FormatOpt = "table",
     engine: EngineOpt = "local",
+    allow_files: Annotated[bool, typer.Option(
+        "--allow-files", help="Let the query read files outside the store (e.g. join your "
+        "own CSV); statements stay read-only.")] = False,
 ) -> None:
-    """Run DuckDB SQL over the store's tables."""
+    """Run one read-only DuckDB SQL statement over the store's tables. Sandboxed: no file
+    outside the store is read (unless --allow-files) and none is written."""
     _check_format(fmt)
-    frame = _open([path], engine).sql(query)
+    from traceatlas.model import sandbox
+
+    sandbox.check(query)  # a refused statement fails before any ingest
+    frame = _open([path], engine).sql(query, allow_files=allow_files)
     output.print_frame(frame, fmt)
 
 

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from traceatlas.store.layout import part_path
+from traceatlas.store.layout import part_path, table_parts
 from traceatlas.store.writer import write_part
 
 POLICIES: tuple[str, ...] = ("auto", "events", "start")
@@ -103,10 +103,10 @@ def sync_events(store: Path) -> pa.Table:
     """Columns rank, key (event identity across ranks), end_ns, kind of sync events."""
     import polars as pl
 
-    from traceatlas.store.layout import table_glob
+    from traceatlas.model.trace import scan_parts
 
     frame = (
-        pl.scan_parquet(table_glob(store, "intervals"))
+        scan_parts(store, "intervals")
         .filter(pl.col("category").cast(pl.String).is_in(["comm_kernel", "mpi"]))
         .select(
             "rank", "start_ns", "end_ns", pl.col("category").cast(pl.String),
@@ -299,7 +299,7 @@ def shift_store(store: Path, offsets: Mapping[int, int]) -> None:
                 part = pq.read_table(path)
                 if part.num_rows:
                     write_part(store, table, rank, _shift(part, columns, off))
-    for path in sorted(store.glob("messages/rank=*/*.parquet")):
+    for path in table_parts(store, "messages"):
         part = pq.read_table(path)
         if not part.num_rows:
             continue

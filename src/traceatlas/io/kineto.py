@@ -29,6 +29,7 @@ from traceatlas.errors import CorruptTraceError, RankInferredWarning, Unsupporte
 from traceatlas.io import kineto_tables
 from traceatlas.io.reading import RankData
 from traceatlas.io.sources import Source
+from traceatlas.model.sqltext import file_list
 
 _RANK_IN_NAME = re.compile(r"^(?:rank|worker)[-_]?(\d+)(?!\d)", re.IGNORECASE)
 """``rank-3...``, ``rank3...``, ``worker3...`` at the start of a file name (not hostnames)."""
@@ -67,7 +68,7 @@ SELECT
   CAST(args AS VARCHAR) AS args,
   CASE WHEN ph IN ('X', 'M') THEN json_transform(args, '{arg_struct}') END AS a
 FROM read_json(
-  '{path}', format = 'array', maximum_object_size = 16777216,
+  {path}, format = 'array', maximum_object_size = 16777216,
   columns = {{ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR',
              tid: 'VARCHAR', id: 'VARCHAR', s: 'VARCHAR', ts: 'DOUBLE', dur: 'DOUBLE',
              args: 'JSON'}}
@@ -212,7 +213,7 @@ def _load_events(
     event table never exists alongside its complete-event copy.
     """
     sql = _EVENTS_SQL.format(
-        path=path.replace("'", "''"), arg_struct=_ARG_STRUCT, base_ns=int(base_ns)
+        path=file_list([path]), arg_struct=_ARG_STRUCT, base_ns=int(base_ns)  # never a glob
     )
     complete: list[pa.RecordBatch] = []
     rest: list[pa.RecordBatch] = []

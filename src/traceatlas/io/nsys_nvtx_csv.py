@@ -22,6 +22,7 @@ from traceatlas.errors import CorruptTraceError, UnsupportedFormatError
 from traceatlas.io.reading import RankData
 from traceatlas.io.sources import Source
 from traceatlas.model.schema import empty_table
+from traceatlas.model.sqltext import file_list
 from traceatlas.ops.nesting import nesting_depth, sort_for_nesting
 
 _HEADER = b"Start (ns),End (ns),"
@@ -66,8 +67,7 @@ class NsysNvtxCsvReader:
 
 
 def _load(con: duckdb.DuckDBPyConnection, source: Source) -> pa.Table:
-    path = source.path.replace("'", "''")
-    csv = f"read_csv('{path}', header = true, all_varchar = true)"
+    csv = f"read_csv({file_list([source.path])}, header = true, all_varchar = true)"
     columns = list(con.sql(f"SELECT * FROM {csv} LIMIT 0").columns)
     missing = [c for c in _REQUIRED if c not in columns]
     if missing:

@@ -8,15 +8,27 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from traceatlas.errors import QueryError
-from traceatlas.model.schema import TABLES
-from traceatlas.store.layout import table_glob
+from traceatlas.model import sandbox
+from traceatlas.model.schema import TABLES, empty_table
+from traceatlas.store.layout import table_parts
 from traceatlas.store.manifest import read_manifest
 
 if TYPE_CHECKING:  # polars is imported on first use: commands that only ingest skip it
     import polars as pl
 
     from traceatlas.ops.select import Selection
+
+
+def scan_parts(store: Path, table: str) -> pl.LazyFrame:
+    """A lazy frame over the part files of ``table`` in ``store`` (an empty frame with
+    the canonical schema when there is none). The parts are listed, never globbed, so a
+    store path may hold ``[``, ``*`` or ``?``."""
+    import polars as pl
+
+    parts = table_parts(store, table)
+    if not parts:
+        return pl.from_arrow(empty_table(table)).lazy()  # type: ignore[union-attr]
+    return pl.scan_parquet(parts, hive_partitioning=False, glob=False)
 
 
 class Trace:
@@ -75,11 +87,9 @@ class Trace:
 
     def scan(self, table: str) -> pl.LazyFrame:
         """A lazy frame over every rank of ``table``."""
-        import polars as pl
-
         if table not in TABLES:
             raise KeyError(f"unknown table {table!r}; tables: {', '.join(sorted(TABLES))}")
-        frame = pl.scan_parquet(table_glob(self.path, table), hive_partitioning=False)
+        frame = scan_parts(self.path, table)
         for sel in self.selections:
             frame = sel.apply(frame, table)
         return frame
@@ -119,29 +129,27 @@ class Trace:
         """Metadata table (lazy)."""
         return self.scan("metadata")
 
-    def connect(self) -> duckdb.DuckDBPyConnection:
-        """A DuckDB connection with one view per canonical table (selected rows only)."""
-        con = duckdb.connect(":memory:")
-        if self.selections:
-            for name in TABLES:
-                con.register(name, self.scan(name).collect().to_arrow())
-            return con
-        for name in TABLES:
-            glob = table_glob(self.path, name).replace("'", "''")
-            con.execute(
-                f"CREATE VIEW {name} AS SELECT * FROM "
-                f"read_parquet('{glob}', hive_partitioning = false)"
-            )
-        return con
+    def connect(self, *, allow_files: bool = False, memory_limit: str | None = None,
+                timeout_s: float | None = None) -> duckdb.DuckDBPyConnection:
+        """A sandboxed DuckDB connection with one view per canonical table (selected rows
+        only): it reads the store's parts and no other file unless ``allow_files``.
+        ``memory_limit`` (``"2GB"``), ``timeout_s`` (seconds per statement): see
+        ``traceatlas.model.sandbox``. User SQL goes through ``sql`` (read-only)."""
+        tables = ({name: self.scan(name).collect().to_arrow() for name in TABLES}
+                  if self.selections else None)
+        return sandbox.connect(self.path, tables=tables, allow_files=allow_files,
+                               memory_limit=memory_limit, timeout_s=timeout_s)
 
-    def sql(self, query: str) -> pl.DataFrame:
-        """Run DuckDB SQL over the store's tables; the result as a Polars frame."""
+    def sql(self, query: str, *, allow_files: bool = False, memory_limit: str | None = None,
+            timeout_s: float | None = None) -> pl.DataFrame:
+        """Run one read-only DuckDB SQL statement over the store's tables; the result as
+        a Polars frame. Sandboxed: no file outside the store is read (unless
+        ``allow_files``) and none is written; refusals raise ``QueryError``."""
         import polars as pl
 
-        con = self.connect()
+        con = self.connect(allow_files=allow_files, memory_limit=memory_limit,
+                           timeout_s=timeout_s)
         try:
-            return pl.from_arrow(con.sql(query).to_arrow_table())  # type: ignore[return-value]
-        except duckdb.Error as exc:
-            raise QueryError("SQL failed: " + " ".join(str(exc).split())) from exc
+            return pl.from_arrow(sandbox.query(con, query))  # type: ignore[return-value]
         finally:
             con.close()

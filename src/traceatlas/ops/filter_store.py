@@ -70,7 +70,7 @@ def _scan_part(store: Path, table: str, rank: int) -> pl.LazyFrame:
 
     path = part_path(store, table, rank)
     if path.is_file():
-        return pl.scan_parquet(path, hive_partitioning=False)
+        return pl.scan_parquet(path, hive_partitioning=False, glob=False)  # [ * ? literal
     return pl.from_arrow(empty_table(table)).lazy()  # type: ignore[union-attr]
 
 
