@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,7 +31,7 @@ from typer.testing import CliRunner
 
 import traceatlas
 from traceatlas.cli import output
-from traceatlas.cli.main import app
+from traceatlas.cli.main import app, os_problem, writing
 from traceatlas.errors import DataQualityWarning
 from traceatlas.literal import literal
 from traceatlas.testing.builder import TraceBuilder
@@ -280,19 +281,66 @@ def test_permission_denied_names_the_file(tmp_path: Path,
     _one_error_line(result, out, "Permission denied")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only directory")
-def test_read_only_directory(tmp_path: Path) -> None:
+def _unprivileged() -> list[str] | None:
+    """A command prefix that runs without the right to bypass file permissions: nothing
+    for a normal user; for root, ``setpriv`` dropping CAP_DAC_OVERRIDE (None: unavailable)."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    probe = subprocess.run([setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner",
+                            "true"], capture_output=True, check=False)
+    return None if probe.returncode else [
+        setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner"]
+
+
+@pytest.mark.parametrize("command", [
+    ["report", "--format", "json", "-o", "{ro}/r.html"],
+    ["export", "--to", "chrome", "-o", "{ro}/x.json"],
+    ["filter", "-o", "{ro}/f"],
+])
+def test_read_only_directory(tmp_path: Path, command: list[str]) -> None:
+    """A real EACCES: one line naming the -o path (not a temporary sibling), exit 2."""
+    prefix = _unprivileged()
+    if prefix is None:
+        pytest.skip("running as root without setpriv")
     store = _store(tmp_path, ["k"])
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o555)
+    args = [c.format(ro=ro) for c in command]
+    cli = str(Path(sys.executable).parent / "traceatlas")
     try:
-        result = _cli("report", str(store), "-o", str(ro / "r.html"), "--format", "json")
-        assert result.exit_code == 2
-        assert result.stderr.startswith("error: ") and "Permission denied" in result.stderr
-        assert len(result.stderr.strip().splitlines()) == 1
+        done = subprocess.run([*prefix, cli, args[0], str(store), *args[1:]],
+                              capture_output=True, text=True, check=False)
     finally:
         ro.chmod(0o755)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == f"error: {args[-1]}: Permission denied"
+    assert list(ro.iterdir()) == []
+
+
+def test_writing_names_the_output(tmp_path: Path) -> None:
+    out = tmp_path / "st"
+    with pytest.raises(OSError) as err, writing(out):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert os_problem(err.value) == f"{out}: No space left on device"
+    with pytest.raises(OSError) as err, writing(out, staged=True):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert os_problem(err.value) == (f"{out}: No space left on device (or in the staging "
+                                     f"directory {tempfile.gettempdir()})")
+    sibling = tmp_path / ".st.tmp-123-abc" / "intervals" / "part-0.parquet"
+    with pytest.raises(OSError) as err, writing(out):
+        raise PermissionError(errno.EACCES, "Permission denied", str(sibling))
+    assert os_problem(err.value) == f"{out}: Permission denied"
+    other = tmp_path / "elsewhere.json"
+    with pytest.raises(OSError) as err, writing(out):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(other))
+    assert os_problem(err.value) == f"{other}: No such file or directory"
+    renamed = OSError(errno.EXDEV, "Invalid cross-device link", "a", None)
+    renamed.filename2 = "b"
+    assert os_problem(renamed) == "a -> b: Invalid cross-device link"
 
 
 def test_output_under_a_parent_that_cannot_be_created(tmp_path: Path) -> None:

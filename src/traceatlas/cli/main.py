@@ -6,6 +6,7 @@ import contextlib
 import functools
 import json
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -73,15 +74,34 @@ def os_problem(exc: OSError) -> str:
 
 
 @contextlib.contextmanager
-def writing(path: Path) -> Iterator[None]:
-    """Name ``path`` in an OSError raised inside that names no file (a failed ``write``
-    on a full disk reports only ``[Errno 28] No space left on device``)."""
+def writing(path: Path, *, staged: bool = False) -> Iterator[None]:
+    """Name the output ``path`` in an OSError raised inside that names no file (a failed
+    ``write`` on a full disk reports only ``[Errno 28] No space left on device``) or names
+    ``path``'s temporary sibling (``.<name>.tmp-*``, renamed into place at the end).
+    ``staged``: the command also stages files in ``$TMPDIR``; an unnamed error says so."""
     try:
         yield
     except OSError as exc:
-        if exc.filename is not None or exc.errno is None:
+        if exc.errno is None:
             raise
-        raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
+        name = exc.filename
+        if name is None:
+            reason = exc.strerror or str(exc)
+            if staged:
+                reason += f" (or in the staging directory {tempfile.gettempdir()})"
+            raise type(exc)(exc.errno, reason, str(path)) from exc
+        if isinstance(name, str | bytes) and _is_sibling(os.fsdecode(name), path):
+            raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
+        raise
+
+
+def _is_sibling(name: str, path: Path) -> bool:
+    """``name`` is ``path``'s temporary sibling ``.<path.name>.<suffix>``, or inside it."""
+    target = os.path.abspath(path)
+    parent, base = os.path.split(target)
+    here = os.path.abspath(name)
+    top = os.path.relpath(here, parent).split(os.sep)[0]
+    return not top.startswith("..") and top.startswith(f".{base}.")
 
 
 def _open(paths: list[Path], engine: str) -> traceatlas.Trace:
@@ -103,7 +123,7 @@ def ingest(
     )] = "auto",
 ) -> None:
     """Read traces into a store (Parquet per table per rank + manifest.json)."""
-    with output.progress("ingest") as bar:
+    with output.progress("ingest") as bar, writing(out, staged=True):
         store = traceatlas.ingest(
             [str(p) for p in inputs], out, engine=engine, progress=bar, align=align
         )
