@@ -10,6 +10,7 @@ Tree::
     │   └── RankConflictError      two files claim the same rank
     ├── QueryError                 user SQL failed (exit code 2 in the CLI)
     ├── StoreError                 a store directory is missing, partial or of another version
+    │   └── StoreDamagedError      a part is missing, truncated, replaced or added
     └── EngineError                an engine failed (unknown engine, a worker died)
 
     DataQualityWarning             data was inferred, clipped or is missing evidence
@@ -62,6 +63,16 @@ class QueryError(TraceAtlasError):
 
 class StoreError(TraceAtlasError):
     """A store directory is missing, incomplete, or written by an incompatible version."""
+
+
+class StoreDamagedError(StoreError):
+    """A store's files disagree with its manifest; ``part`` names the file (relative to
+    the store; None when the store as a whole, e.g. it has no part records)."""
+
+    def __init__(self, message: str, *, part: str | None = None, problem: str = "") -> None:
+        self.part = part
+        self.problem = problem
+        super().__init__(message)
 
 
 class EngineError(TraceAtlasError):

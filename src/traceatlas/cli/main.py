@@ -6,6 +6,7 @@ import contextlib
 import functools
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -217,13 +218,31 @@ from traceatlas.cli import analyze, report, transform  # noqa: E402, F401
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    SIGINT (Ctrl-C), SIGTERM and SIGHUP unwind the running command: temporary files and
+    directories are removed, worker processes ended; then one line on stderr and exit
+    code 128 + the signal number (``traceatlas.signals``).
+    """
+    from traceatlas import signals
+
     # The CLI process is ours: the system allocator gives Arrow memory back at once,
     # which keeps ingest's peak memory lower (see bench/RESULTS.md).
     if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
         os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "system"  # inherited by worker processes
         pa.set_memory_pool(pa.system_memory_pool())
-    app()
+    signals.install()
+    try:
+        app()
+    except signals.Interrupted:
+        pass
+    except SystemExit:
+        if signals.received() is None:
+            raise
+    signum = signals.received()  # also when the exception was lost in a __del__
+    if signum is not None:
+        sys.stderr.write(f"traceatlas: stopped by {signals.Interrupted(signum)}\n")
+        sys.exit(128 + signum)
 
 
 if __name__ == "__main__":

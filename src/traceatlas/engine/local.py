@@ -2,24 +2,34 @@
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.process import BaseProcess
 from typing import TypeVar
 
+from traceatlas import signals, tempfiles
 from traceatlas.engine.base import Engine, OnDone
 from traceatlas.errors import EngineError
 
 T = TypeVar("T")
 R = TypeVar("R")
 
+TERMINATE_GRACE_S = 2.0
+"""Seconds a worker has to unwind after SIGTERM (its ``finally`` blocks) before SIGKILL."""
+
 
 class LocalEngine(Engine):
     """Runs partitions in a process pool of at most ``max_workers`` (default: CPU count).
 
-    A single partition, or ``max_workers=1``, runs inline in this process.
+    A single partition, or ``max_workers=1``, runs inline in this process. When the map
+    fails or is interrupted (Ctrl-C, SIGTERM, SIGHUP in the CLI), running workers are
+    ended (SIGTERM, then SIGKILL after ``TERMINATE_GRACE_S``), not waited for, and the
+    staging files of workers that had to be killed are removed.
     """
 
     name = "local"
@@ -44,20 +54,55 @@ class LocalEngine(Engine):
             return results
         ctx = multiprocessing.get_context("spawn")
         out: list[R | None] = [None] * len(items)
-        with ProcessPoolExecutor(self.workers(len(items)), mp_context=ctx) as pool:
-            futures: dict[Future[R], int] = {pool.submit(fn, it): i for i, it in enumerate(items)}
-            try:
-                for done, fut in enumerate(as_completed(futures), start=1):
-                    out[futures[fut]] = fut.result()
-                    if on_done:
-                        on_done(done)
-            except BrokenProcessPool as exc:
-                pool.shutdown(cancel_futures=True)
-                raise EngineError(
-                    "a worker process died (out of memory, or a script calling traceatlas "
-                    "without an `if __name__ == '__main__':` guard)"
-                ) from exc
-            except BaseException:
-                pool.shutdown(cancel_futures=True)
-                raise
+        pool = None
+        try:
+            with signals.spawning():  # workers and tracker start with signals blocked
+                pool = ProcessPoolExecutor(
+                    self.workers(len(items)), mp_context=ctx,
+                    initializer=signals.init_worker, initargs=(os.getpid(),),
+                )
+                futures: dict[Future[R], int] = {
+                    pool.submit(functools.partial(signals.run_job, fn), it): i
+                    for i, it in enumerate(items)
+                }
+            for done, fut in enumerate(as_completed(futures), start=1):
+                out[futures[fut]] = fut.result()
+                if on_done:
+                    on_done(done)
+        except BrokenProcessPool as exc:
+            _end_workers(pool)
+            raise EngineError(
+                "a worker process died (out of memory, or a script calling traceatlas "
+                "without an `if __name__ == '__main__':` guard)"
+            ) from exc
+        except BaseException:
+            _end_workers(pool)
+            raise
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
         return out  # type: ignore[return-value]
+
+
+def _end_workers(pool: ProcessPoolExecutor | None) -> None:
+    """Cancel queued work and end the running workers: SIGTERM (they unwind), SIGKILL
+    after the grace period; then sweep the staging files killed workers left."""
+    if pool is None:
+        return
+    with signals.deferred():
+        procs: list[BaseProcess] = list((pool._processes or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        deadline = time.monotonic() + TERMINATE_GRACE_S
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        killed = False
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+                killed = True
+        if killed:
+            tempfiles.sweep_staging()

@@ -33,7 +33,6 @@ import gzip
 import itertools
 import os
 import shutil
-import uuid
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -46,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from traceatlas import tempfiles
 from traceatlas._version import __version__
 from traceatlas.errors import DataQualityWarning, InputError
 from traceatlas.model.categories import KINETO_CATEGORIES
@@ -169,7 +169,8 @@ def _write_atomic(trace: Trace, out: Path, ranks: list[int], base: int) -> Path:
 
 
 def _tmp_name(final: Path) -> Path:
-    return final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tempfiles.sweep_siblings(final.parent, final.name)  # debris of a killed export
+    return tempfiles.sibling(final, "tmp")
 
 
 def _write_file(trace: Trace, tmp: Path, name: str, ranks: list[int], base: int) -> None:

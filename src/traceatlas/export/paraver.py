@@ -41,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import uuid
 import warnings
 from collections.abc import Iterator
 from datetime import datetime
@@ -53,7 +52,8 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traceatlas.errors import DataQualityWarning
+from traceatlas import tempfiles
+from traceatlas.errors import DataQualityWarning, InputError
 from traceatlas.export.paraver_codes import (
     CUDA_TYPE_LABELS,
     CUDA_TYPES,
@@ -95,8 +95,11 @@ class ParaverExporter:
         """Write ``<out>.prv``, ``.pcf`` and ``.row`` (``out`` with or without ``.prv``)."""
         out = Path(out)
         stem = out.with_name(out.name[: -len(".prv")]) if out.name.endswith(".prv") else out
-        texts = _Build(trace).texts()
         targets = [stem.with_name(stem.name + ext) for ext in (".prv", ".pcf", ".row")]
+        for target in targets:  # a file may be overwritten, a directory never
+            if target.is_dir():
+                raise InputError(target, "is a directory; choose another -o")
+        texts = _Build(trace).texts()
         with _atomic(targets) as temps:
             for tmp, text in zip(temps, texts, strict=True):
                 tmp.write_text(text, encoding="utf-8")
@@ -106,7 +109,9 @@ class ParaverExporter:
 @contextlib.contextmanager
 def _atomic(targets: list[Path]) -> Iterator[list[Path]]:
     """Temporary siblings, renamed onto ``targets`` only when the body succeeds."""
-    temps = [t.with_name(f".{t.name}.tmp-{uuid.uuid4().hex[:8]}") for t in targets]
+    for t in targets:  # debris of a killed export
+        tempfiles.sweep_siblings(t.parent, t.name)
+    temps = [tempfiles.sibling(t, "tmp") for t in targets]
     try:
         yield temps
         for tmp, target in zip(temps, targets, strict=True):

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from traceatlas import errors
+from traceatlas import errors, tempfiles
 from traceatlas._version import __version__
 from traceatlas.engine.base import Engine
 from traceatlas.engine.select import get_engine
@@ -61,10 +61,15 @@ def ingest_sources(
     progress: Progress | None = None,
     align: str = "auto",
 ) -> Path:
-    """Ingest already-resolved sources into the store ``out``."""
+    """Ingest already-resolved sources into the store ``out``.
+
+    Staging files that dead traceatlas processes left in ``$TMPDIR`` are swept first;
+    the manifest, written last, records every part (``traceatlas.store.parts``).
+    """
     if align not in POLICIES:
         raise errors.InputError("--align", f"unknown policy {align!r} (choose from "
                                 f"{', '.join(POLICIES)})")
+    tempfiles.sweep_staging()
     own_engine = not isinstance(engine, Engine)
     eng = get_engine(engine)
     try:

@@ -12,6 +12,7 @@ from traceatlas.model import sandbox
 from traceatlas.model.schema import TABLES, empty_table
 from traceatlas.store.layout import table_parts
 from traceatlas.store.manifest import read_manifest
+from traceatlas.store.parts import verify_store
 
 if TYPE_CHECKING:  # polars is imported on first use: commands that only ingest skip it
     import polars as pl
@@ -37,6 +38,7 @@ class Trace:
     def __init__(self, store: str | Path) -> None:
         self.path = Path(store)
         self.manifest: dict[str, Any] = read_manifest(self.path)
+        verify_store(self.path, self.manifest)  # StoreDamagedError: part, rebuild command
         self.selections: tuple[Selection, ...] = ()
 
     def __repr__(self) -> str:

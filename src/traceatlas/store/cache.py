@@ -1,10 +1,18 @@
-"""A cache of stores for raw trace paths, reused while the sources are unchanged."""
+"""A cache of stores for raw trace paths, reused while the sources are unchanged.
+
+Entries are ``<cache root>/<key>.tastore``; each is filled under an exclusive ``flock`` on
+``<key>.tastore.lock`` beside it, so that of two processes opening the same raw trace
+the second waits, then finds the first one's store fresh and reuses it.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
-from collections.abc import Sequence
+import shutil
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from traceatlas.io.sources import Source
@@ -26,6 +34,33 @@ def cache_path(inputs: Sequence[str]) -> Path:
     """Store location for a list of input paths (order matters: it can decide ranks)."""
     key = "\n".join(os.path.abspath(p) for p in inputs)
     return cache_root() / (hashlib.blake2b(key.encode(), digest_size=10).hexdigest() + ".tastore")
+
+
+def is_cached(store: Path) -> bool:
+    """True when ``store`` is an entry of the cache (directly under ``cache_root()``)."""
+    return Path(os.path.abspath(store)).parent == Path(os.path.abspath(cache_root()))
+
+
+@contextmanager
+def cache_lock(store: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``<store>.lock`` (waits for another holder)."""
+    store.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(store.parent / (store.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock; the empty lock file stays for the next user
+
+
+def remove_entry(store: Path) -> None:
+    """Delete a cache entry, whatever it holds (the cache is traceatlas's own)."""
+    if not is_cached(store):
+        raise ValueError(f"{store} is not a cache entry")
+    if store.is_dir() and not store.is_symlink():
+        shutil.rmtree(store)
+    elif os.path.lexists(store):
+        store.unlink()
 
 
 def is_fresh(store: Path, sources: Sequence[Source]) -> bool:

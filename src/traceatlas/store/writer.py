@@ -1,10 +1,16 @@
-"""Atomic store writes: build in a temporary sibling directory, then rename into place."""
+"""Atomic store writes: build in a temporary sibling directory, then rename into place.
+
+``-o`` never deletes what traceatlas did not write. The target may be missing, an empty
+directory, or a traceatlas store (its manifest says so) holding only the files its
+manifest lists; anything else is refused with an ``InputError`` before any work starts,
+and checked again just before the swap.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,54 +18,89 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from traceatlas import signals, tempfiles
 from traceatlas.errors import InputError
 from traceatlas.model.schema import conform
 from traceatlas.store.layout import part_path
-from traceatlas.store.manifest import is_store
+from traceatlas.store.manifest import traceatlas_manifest
+from traceatlas.store.parts import foreign_entries
 
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 1
 NO_DICTIONARY = frozenset({"args", "value"})
+SHOWN_FOREIGN = 3
+"""Foreign files named in the refusal message."""
 
 
 @contextmanager
 def atomic_directory(target: Path) -> Iterator[Path]:
     """Yield a temporary directory that replaces ``target`` only if the block succeeds.
 
-    On any exception the temporary directory is removed and ``target`` is untouched.
+    The temporary directory is ``.<name>.tmp-<pid>-<host>-<random>`` beside ``target``;
+    debris of dead processes there is swept first (``traceatlas.tempfiles``). On any
+    exception (signals included) the temporary directory is removed and ``target`` is
+    untouched. The swap runs under an exclusive ``flock`` on the parent directory, so
+    concurrent writers of one output never interleave their renames.
     """
-    target = target.resolve()
-    _check_replaceable(target)
+    shown = target
+    target = Path(os.path.abspath(target))
+    if target.is_symlink():
+        target = target.resolve()
+    check_output_dir(target, shown)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tempfiles.sweep_siblings(target.parent, target.name)
+    tmp = tempfiles.sibling(target, "tmp")
     tmp.mkdir()
     old = None
     try:
         yield tmp
-        _check_replaceable(target)
-        if target.exists():
-            old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-            os.rename(target, old)
-        os.rename(tmp, target)
+        with signals.deferred(), _locked(target.parent):
+            check_output_dir(target, shown)
+            if target.exists():
+                old = tempfiles.sibling(target, "old")
+                os.rename(target, old)
+            os.rename(tmp, target)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and not target.exists():
-            os.rename(old, target)  # put the previous store back
+        with signals.deferred():
+            shutil.rmtree(tmp, ignore_errors=True)
+            if old is not None and not target.exists():
+                os.rename(old, target)  # put the previous store back
         raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
-def _check_replaceable(target: Path) -> None:
-    """Only a previous traceatlas store or an empty directory may be replaced."""
-    if not target.exists():
+@contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``directory`` itself (no lock file left behind)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def check_output_dir(target: Path, shown: str | Path | None = None) -> None:
+    """Raise ``InputError`` unless ``target`` may be replaced by a new store: missing, an
+    empty directory, or a traceatlas store holding only files its manifest lists.
+    ``shown`` is the path as the user gave it (for the message)."""
+    shown = target if shown is None else shown
+    if not os.path.lexists(target):
         return
-    if target.is_dir() and (is_store(target) or not any(target.iterdir())):
+    if not target.is_dir():
+        raise InputError(shown, "is not a traceatlas store; choose another -o")
+    if not any(target.iterdir()):
         return
-    raise InputError(
-        target, "exists and is not a traceatlas store; refusing to replace it (choose "
-        "another --out or remove it)"
-    )
+    manifest = traceatlas_manifest(target)
+    if manifest is None:
+        raise InputError(shown, "is not a traceatlas store; choose another -o")
+    foreign = foreign_entries(target, manifest)
+    if foreign:
+        listed = ", ".join(foreign[:SHOWN_FOREIGN])
+        more = f" and {len(foreign) - SHOWN_FOREIGN} more" if len(foreign) > SHOWN_FOREIGN else ""
+        raise InputError(shown, f"contains files traceatlas did not write ({listed}{more}); "
+                         "move them or choose another -o")
 
 
 def write_part(store: Path, table_name: str, rank: int, table: pa.Table) -> int:

@@ -1,0 +1,215 @@
+"""The part records of a store's manifest, and the checks that find a damaged store.
+
+At the end of a write (ingest after clock alignment, filter), :func:`record_parts` lists
+every file under the store but the manifest: relative path (POSIX), ``rows`` (Parquet
+footer), ``bytes``, ``mtime_ns`` and ``blake2b`` (16-byte BLAKE2b of the file's bytes, hex).
+
+Opening a store runs :func:`find_damage`, the cheap checks: every recorded part is present
+with its recorded size; a part whose mtime changed also has its footer read (row count and
+schema against ``model/schema.py``); no unrecorded file lies in a table directory or ends
+``.parquet`` (reading it would change counts). :func:`find_damage` with ``deep=True`` also
+compares every hash. A store written before part records existed is reported as such.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from traceatlas.errors import StoreDamagedError, StoreError
+from traceatlas.model.schema import TABLES
+from traceatlas.store.layout import MANIFEST
+
+_CHUNK = 1 << 20
+HASH_BYTES = 16
+"""Digest size of the recorded BLAKE2b hashes (bytes)."""
+
+
+@dataclass(frozen=True)
+class Damage:
+    """What is wrong with a store: ``part`` (relative path, or None for the whole store)."""
+
+    part: str | None
+    problem: str
+    older: bool = False
+
+    def __str__(self) -> str:
+        return f"part {self.part} {self.problem}" if self.part else self.problem
+
+
+# -- writing -------------------------------------------------------------------------------
+
+
+def record_parts(store: Path) -> list[dict[str, Any]]:
+    """One record per file under ``store`` (the manifest excepted), sorted by path."""
+    files = sorted(_files(store) - {MANIFEST})
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        return list(pool.map(lambda rel: _record(store, rel), files))
+
+
+def _record(store: Path, rel: str) -> dict[str, Any]:
+    path = store / rel
+    table = rel.split("/", 1)[0]
+    meta = pq.read_metadata(path)
+    if table in TABLES and not _schema_ok(meta, table):
+        raise StoreError(f"{path}: written with a schema other than the canonical {table} "
+                         "schema (a traceatlas bug)")
+    st = path.stat()
+    return {"path": rel, "rows": int(meta.num_rows), "bytes": st.st_size,
+            "mtime_ns": st.st_mtime_ns, "blake2b": file_hash(path)}
+
+
+def file_hash(path: Path) -> str:
+    """BLAKE2b (``HASH_BYTES``) of the file's bytes, hex."""
+    digest = hashlib.blake2b(digest_size=HASH_BYTES)
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+def find_damage(store: Path, manifest: dict[str, Any], *, deep: bool = False) -> Damage | None:
+    """The first problem found in ``store`` against its ``manifest``, or None."""
+    records = manifest.get("parts")
+    if records is None:
+        return Damage(None, "was written by an older traceatlas (no part records)", older=True)
+    if not isinstance(records, list) or not all(_valid_record(r) for r in records):
+        return Damage(None, f"has a corrupt {MANIFEST} (bad part records)")
+    for rec in records:
+        damage = _check_part(store, rec, deep)
+        if damage is not None:
+            return damage
+    listed = {rec["path"] for rec in records}
+    extra = sorted(f for f in _files(store) - listed - {MANIFEST} if _is_data(f))
+    if extra:
+        return Damage(extra[0], "is not listed in the manifest (a file added to the store?)")
+    return None
+
+
+def _check_part(store: Path, rec: dict[str, Any], deep: bool) -> Damage | None:
+    rel = rec["path"]
+    path = store / rel
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return Damage(rel, "is missing")
+    except OSError as exc:
+        return Damage(rel, f"cannot be read ({exc.strerror})")
+    if st.st_size != rec["bytes"]:
+        return Damage(rel, f"has {st.st_size:,} bytes, the manifest says {rec['bytes']:,}")
+    if st.st_mtime_ns != rec.get("mtime_ns") or deep:
+        try:
+            meta = pq.read_metadata(path)
+        except (OSError, ValueError) as exc:
+            return Damage(rel, f"is not a readable Parquet file ({' '.join(str(exc).split())})")
+        if meta.num_rows != rec["rows"]:
+            return Damage(rel, f"has {meta.num_rows:,} rows, the manifest says {rec['rows']:,}")
+        table = rel.split("/", 1)[0]
+        if table in TABLES and not _schema_ok(meta, table):
+            return Damage(rel, f"does not have the {table} table's schema")
+    if deep and file_hash(path) != rec.get("blake2b"):
+        return Damage(rel, "has other contents than the store wrote (hash differs)")
+    return None
+
+
+def _schema_ok(meta: pq.FileMetaData, table: str) -> bool:
+    try:
+        schema = meta.schema.to_arrow_schema()
+    except Exception:  # any undecodable schema is a mismatch
+        return False
+    return bool(schema.equals(TABLES[table].arrow_schema, check_metadata=False))
+
+
+def _valid_record(rec: object) -> bool:
+    if not isinstance(rec, dict) or not isinstance(rec.get("path"), str):
+        return False
+    rel = PurePosixPath(rec["path"])
+    safe = not rel.is_absolute() and ".." not in rel.parts and str(rel) not in ("", ".")
+    return safe and isinstance(rec.get("rows"), int) and isinstance(rec.get("bytes"), int)
+
+
+def _is_data(rel: str) -> bool:
+    """A file that a reader of the store could pick up."""
+    return rel.split("/", 1)[0] in TABLES or rel.endswith(".parquet")
+
+
+def _files(store: Path) -> set[str]:
+    """Every non-directory entry under ``store`` (symlinks included, not followed), as
+    POSIX paths relative to ``store``."""
+    found = set()
+    for root, dirs, names in os.walk(store):
+        rel_root = Path(root).relative_to(store)
+        for name in names + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            found.add((rel_root / name).as_posix())
+    return found
+
+
+def foreign_entries(store: Path, manifest: dict[str, Any]) -> list[str]:
+    """Entries under ``store`` that traceatlas did not write: files other than the
+    manifest and its parts, and directories that hold none of the parts. A manifest
+    without part records (an older store) is taken to own its tables' rank parts."""
+    records = manifest.get("parts")
+    if isinstance(records, list) and all(_valid_record(r) for r in records):
+        owned = {r["path"] for r in records}
+    else:
+        owned = {f"{t}/rank={r}/part-0.parquet" for t in manifest.get("tables", ())
+                 for r in manifest.get("ranks", ())}
+    owned_dirs = {str(p) for rel in owned for p in PurePosixPath(rel).parents}
+    foreign = sorted(f for f in _files(store) - owned - {MANIFEST})
+    for root, dirs, _names in os.walk(store):
+        for d in dirs:
+            rel = (Path(root) / d).relative_to(store).as_posix()
+            if rel not in owned_dirs and not os.path.islink(os.path.join(root, d)):
+                foreign.append(rel + "/")
+    return sorted(set(foreign))
+
+
+# -- messages ------------------------------------------------------------------------------
+
+
+def rebuild_command(store: str | Path, manifest: dict[str, Any]) -> str:
+    """The shell command that writes ``store`` again from what its manifest recorded."""
+    out = os.fspath(store)
+    if manifest.get("filtered_from"):
+        spec = manifest.get("filter", {}).get("spec", {})
+        words = ["traceatlas", "filter", str(manifest["filtered_from"]), "-o", out]
+        for key, option in (("category", "--category"), ("name", "--name"),
+                            ("min_dur", "--min-dur"), ("ranks", "--ranks"),
+                            ("window", "--window"), ("step", "--step")):
+            value = spec.get(key)
+            for v in value if isinstance(value, list) else [] if value is None else [value]:
+                words += [option, str(v)]
+        return shlex.join(words)
+    paths = _unique(str(s["path"]) for s in manifest.get("sources", ()) if "path" in s)
+    words = ["traceatlas", "ingest", *paths, "-o", out]
+    if manifest.get("clock_alignment", "auto") != "auto":
+        words += ["--align", str(manifest["clock_alignment"])]
+    return shlex.join(words)
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def verify_store(store: Path, manifest: dict[str, Any]) -> None:
+    """Raise :class:`StoreDamagedError` (naming the part and the command that rebuilds the
+    store) when :func:`find_damage` finds a problem."""
+    damage = find_damage(store, manifest)
+    if damage is None:
+        return
+    again = "write it again" if damage.older else "rebuild it"
+    raise StoreDamagedError(
+        f"{store}: {damage}; {again}: {rebuild_command(store, manifest)}",
+        part=damage.part, problem=damage.problem,
+    )
