@@ -17,8 +17,10 @@ import typer
 import traceatlas
 from traceatlas.cli import output
 from traceatlas.cli.main import EngineOpt, _check_format, _guard, app, writing
+from traceatlas.errors import InputError
 from traceatlas.report import data as report_data
 from traceatlas.report import html, terminal
+from traceatlas.tempfiles import staging_prefix
 
 REPO_SAMPLE = Path(traceatlas.__file__).resolve().parents[2] / "examples" / "sample_trace"
 """The sample in a source checkout (``examples/sample_trace``); absent from a wheel."""
@@ -30,6 +32,8 @@ def _open_run(path: Path, engine: str) -> traceatlas.Trace:
 
 
 def _report(paths: list[Path], out: Path | None, fmt: str, engine: str) -> None:
+    if out is not None and out.is_dir():  # a file may be overwritten, a directory never
+        raise InputError(out, "is a directory; -o names the HTML file to write")
     runs = [(str(p), _open_run(p, engine)) for p in paths]
     data = report_data.build(runs)
     if fmt == "json":
@@ -79,7 +83,7 @@ def demo_command(
         return
     from traceatlas.testing.sample import write_sample
 
-    with tempfile.TemporaryDirectory(prefix="traceatlas-demo-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=staging_prefix("demo")) as tmp:
         sample = Path(tmp) / "sample_trace"
         write_sample(sample)
         output.stderr.print(f"sample: generated in {sample} (no repository checkout found)",

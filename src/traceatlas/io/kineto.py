@@ -30,6 +30,7 @@ from traceatlas.io import kineto_tables
 from traceatlas.io.reading import RankData
 from traceatlas.io.sources import Source
 from traceatlas.model.sqltext import file_list
+from traceatlas.tempfiles import staging_prefix
 
 _RANK_IN_NAME = re.compile(r"^(?:rank|worker)[-_]?(\d+)(?!\d)", re.IGNORECASE)
 """``rank-3...``, ``rank3...``, ``worker3...`` at the start of a file name (not hostnames)."""
@@ -89,7 +90,7 @@ class KinetoReader:
         """Parse one Kineto file into canonical tables (times in ns on the unix clock)."""
         # The events text is staged in $TMPDIR for DuckDB's parallel reader (set
         # TMPDIR=/dev/shm to keep it in RAM: faster, but that memory is not in the RSS).
-        fd, events_path = tempfile.mkstemp(suffix=".json", prefix="traceatlas-events-")
+        fd, events_path = tempfile.mkstemp(suffix=".json", prefix=staging_prefix("events"))
         con = None
         try:
             con = duckdb.connect(":memory:", config={"threads": max(1, threads)})
