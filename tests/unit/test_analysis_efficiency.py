@@ -117,7 +117,9 @@ def test_b5_cli_json(b5: traceatlas.Trace) -> None:
     by = {r["metric"]: r for r in rows}
     assert by["device_parallel_efficiency"]["value"] == pytest.approx(0.5, abs=1e-12)
     assert by["device_parallel_efficiency"]["scope"] == "run"
-    assert set(rows[0]) == {"scope", "side", "metric", "value", "parent", "level"}
+    assert set(rows[0]) == {"scope", "side", "metric", "value", "parent", "level", "label"}
+    assert by["device_communication_efficiency"]["label"] == (
+        "communication and transfers efficiency")
 
 
 # -- host model: a pure-MPI Paraver trace ---------------------------------------------------

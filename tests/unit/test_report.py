@@ -229,12 +229,15 @@ def test_terminal_colours_efficiency_values() -> None:
 
 
 def test_terminal_several_runs_fits() -> None:
-    data = ReportData("0", [_fake_run(), _fake_run(), _fake_run()],
+    runs = [_fake_run(), _fake_run(), _fake_run()]
+    for i, run in enumerate(runs):
+        run.name, run.ranks = f"r{i}", list(range(2 ** i))
+    data = ReportData("0", runs,
                       scalability=[{"run": f"r{i}", "ranks": 2 ** i, "global_efficiency": 0.5}
                                    for i in range(3)])
     text = terminal.to_text(data)
     assert len(text.rstrip("\n").split("\n")) <= terminal.MAX_LINES
-    assert "Scalability" in text and "global_efficiency" in text
+    assert "Scalability across 3 runs" in text and "global efficiency" in text
 
 
 def test_html_is_self_contained(trace: traceatlas.Trace, fakes: None) -> None:
@@ -278,13 +281,14 @@ def test_cli_report_several_runs(trace_dir: Path, tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout[res.stdout.index("{"):].splitlines()[0])
     assert len(doc["runs"]) == 2
-    # Two identical 2-rank runs: the work ratio (U/U_ref)/(P/P_ref) is 1 (> 0.75: weak
-    # scaling), so computational scalability and speedup are 1 and global efficiency
-    # equals each run's parallel efficiency.
+    # Two identical 2-rank runs: the same rank count is a comparison, not a scaling
+    # study (no strong/weak, no ratio); computational scalability and speedup against
+    # run 1 are 1 and global efficiency equals each run's parallel efficiency.
     rows = doc["scalability"]
     assert [r["ranks"] for r in rows] == [2, 2]
+    assert doc["runs_mode"] == "comparison"
     for r in rows:
-        assert r["scaling"] == "weak" and r["scaling_ratio"] == pytest.approx(1.0)
+        assert r["scaling"] == "comparison" and r["scaling_ratio"] is None
         assert r["computational_scalability"] == pytest.approx(1.0)
         assert r["speedup"] == pytest.approx(1.0)
         assert r["global_efficiency"] == pytest.approx(r["parallel_efficiency"])

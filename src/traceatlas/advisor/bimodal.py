@@ -1,25 +1,23 @@
-"""Rule ``bimodal``: a kernel whose durations fall into a fast and a slow group.
+"""Rule ``bimodal``: a kernel whose calls fall into a fast and a slow group.
 
-Trigger: ``kernels`` (by rank) flags the kernel ``bimodal`` (an empty stretch in its log
-duration histogram with at least 10 % of the calls on each side).
-Split: the durations of that kernel on that rank, sorted, are cut at the largest ratio
-between neighbours that leaves at least ``MODE_MIN_FRACTION`` of the calls on each side.
-Cost (ns): sum over the slow calls of (duration - median of the fast calls): the time
-the slow calls take beyond a typical fast call. Per kernel name, the largest over the
-ranks where it is flagged; at most ``MAX_FINDINGS`` kernels.
+Trigger: ``kernels`` (by rank) flags the kernel ``bimodal``: its log durations split into
+two tight groups (separation >= 0.9), each with >= 20 % of the calls, the slow median
+>= 1.5x the fast one, and the slow calls' excess >= 5 % of the rank's device busy time
+(``traceatlas.analysis.kernel_modes``; the split is the ``modes`` table, not redone here).
+Cost (ns): ``excess_ns``, the sum over the slow calls of (duration - median of the fast
+calls): the time the slow calls take beyond a typical fast call. Per kernel name, the
+largest over the ranks where it is flagged; at most ``MAX_FINDINGS`` kernels.
 Statement: "Bimodal kernel durations: NAME takes either about F or about S (K of N calls
 slow) on rank R".
 """
 
 from __future__ import annotations
 
-import math
-import statistics
+from typing import Any
 
 from traceatlas.advisor.base import Context, Finding, fmt_ns, short_name
 
 NAME = "bimodal"
-MODE_MIN_FRACTION = 0.1
 MAX_FINDINGS = 3
 
 
@@ -28,63 +26,39 @@ def check(ctx: Context) -> list[Finding]:
     import polars as pl
 
     kernels = ctx.result("kernels")
-    if kernels is None or "bimodal" not in kernels.table.columns:
+    if kernels is None or "modes" not in kernels.extra:
         return []
-    flagged = kernels.table.filter(pl.col("bimodal").fill_null(False)).select("rank", "name")
+    flagged = kernels.extra["modes"].filter(pl.col("bimodal"))
     if flagged.height == 0:
         return []
-    durations = (ctx.trace.intervals
-                 .filter(pl.col("category").cast(pl.String).is_in(("kernel", "comm_kernel")))
-                 .select("rank", pl.col("name").cast(pl.String), "dur_ns")
-                 .join(flagged.lazy(), on=["rank", "name"])
-                 .group_by("rank", "name").agg(pl.col("dur_ns").sort())
-                 .sort("rank", "name").collect())
-    best: dict[str, tuple[int, int, list[int], list[int]]] = {}
+    best: dict[str, dict[str, Any]] = {}
     ranks: dict[str, list[int]] = {}
-    for rank, name, values in durations.iter_rows():
-        split = _split(list(values))
-        if split is None:
-            continue
-        fast, slow = split
-        cost = round(sum(slow) - len(slow) * statistics.median(fast))
-        ranks.setdefault(name, []).append(int(rank))
-        if name not in best or cost > best[name][0]:
-            best[name] = (cost, int(rank), fast, slow)
-    chosen = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0]))[:MAX_FINDINGS]
-    return [_finding(ctx, name, ranks[name], *item) for name, item in chosen]
+    for row in flagged.sort("rank").iter_rows(named=True):
+        name = str(row["name"])
+        ranks.setdefault(name, []).append(int(row["rank"]))
+        if name not in best or row["excess_ns"] > best[name]["excess_ns"]:
+            best[name] = row
+    chosen = sorted(best.items(), key=lambda kv: (-kv[1]["excess_ns"], kv[0]))[:MAX_FINDINGS]
+    return [_finding(ctx, name, ranks[name], row) for name, row in chosen]
 
 
-def _split(values: list[int]) -> tuple[list[int], list[int]] | None:
-    """Sorted durations cut at the largest neighbour ratio with both sides big enough."""
-    n = len(values)
-    least = max(1, math.ceil(n * MODE_MIN_FRACTION))
-    cut, ratio = None, 1.0
-    for i in range(least - 1, n - least):
-        low, high = values[i], values[i + 1]
-        r = high / low if low > 0 else (float("inf") if high > 0 else 1.0)
-        if r > ratio:
-            cut, ratio = i + 1, r
-    if cut is None:
-        return None
-    return values[:cut], values[cut:]
-
-
-def _finding(ctx: Context, name: str, ranks: list[int], cost: int, rank: int,
-             fast: list[int], slow: list[int]) -> Finding:
-    n = len(fast) + len(slow)
+def _finding(ctx: Context, name: str, ranks: list[int], row: dict[str, Any]) -> Finding:
+    rank, cost = int(row["rank"]), int(row["excess_ns"])
+    n = row["fast_count"] + row["slow_count"]
     on = f"rank {rank}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+    fast, slow = row["fast_median_ns"], row["slow_median_ns"]
     return Finding(
         rule=NAME,
         statement=(f"Bimodal kernel durations: {short_name(name)} takes either about "
-                   f"{fmt_ns(statistics.median(fast))} or about "
-                   f"{fmt_ns(statistics.median(slow))} ({len(slow)} of {n} calls slow) "
-                   f"on {on}"),
+                   f"{fmt_ns(fast)} or about {fmt_ns(slow)} ({row['slow_count']} of {n} "
+                   f"calls slow) on {on}"),
         cost_ns=cost,
-        evidence=(f"rank {rank}: fast calls {fmt_ns(min(fast))}-{fmt_ns(max(fast))} "
-                  f"(median {fmt_ns(statistics.median(fast))}), slow calls "
-                  f"{fmt_ns(min(slow))}-{fmt_ns(max(slow))} (median "
-                  f"{fmt_ns(statistics.median(slow))}); slow calls beyond a fast one: "
-                  f"{fmt_ns(cost)}; window {ctx.when(*ctx.window)}"),
+        evidence=(f"rank {rank}: fast calls {fmt_ns(row['fast_min_ns'])}-"
+                  f"{fmt_ns(row['fast_max_ns'])} (median {fmt_ns(fast)}), slow calls "
+                  f"{fmt_ns(row['slow_min_ns'])}-{fmt_ns(row['slow_max_ns'])} (median "
+                  f"{fmt_ns(slow)}); separation {row['separation']:.2f}; slow calls beyond "
+                  f"a fast one: {fmt_ns(cost)} ({row['excess_pct']:.1f}% of the rank's "
+                  f"device busy time); window {ctx.when(*ctx.window)}"),
         next_step=("Find what differs between fast and slow calls: input shapes or "
                    "dtypes, another stream running alongside, clock throttling, cache or "
                    "allocator effects; make the slow case the fast one or separate them."),

@@ -18,27 +18,49 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from traceatlas.advisor.base import POP_THRESHOLD, Context, Finding, fmt_ns
+from traceatlas.advisor.commands import first_runnable
+from traceatlas.analysis.efficiency_labels import metric_label
 
 NAME = "efficiency"
 
-NEXT: Mapping[str, tuple[str, str]] = {
+NEXT: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "load_balance": ("Some ranks compute more than others: look at the per-rank useful "
-                     "time and the most imbalanced regions.", "load_imbalance"),
+                     "time and the most imbalanced regions.", ("load_imbalance", "efficiency")),
     "communication_efficiency": ("Time goes to communication instead of useful work: "
-                                 "look at waits and transfers.", "efficiency"),
+                                 "look at waits and transfers.", ("efficiency",)),
     "serialisation_efficiency": ("Ranks wait for each other (dependencies, late senders): "
-                                 "look at wait states.", "mpi_wait"),
+                                 "look at wait states.",
+                                 ("mpi_wait", "mpi_collectives", "efficiency")),
     "transfer_efficiency": ("Data transfer itself is slow: fewer or larger messages, "
-                            "overlap them with compute.", "comm_matrix"),
+                            "overlap them with compute.",
+                            ("comm_matrix", "mpi_collectives", "efficiency")),
     "orchestration_efficiency": ("The device has nothing to run: look at idle time "
-                                 "waiting for the host.", "idle"),
+                                 "waiting for the host.", ("idle", "efficiency")),
     "offload_efficiency": ("The host spends this share of its time outside MPI in "
                            "device synchronisations and runtime calls instead of its own "
                            "work: expected while the GPU is the bottleneck (check the "
                            "device side first); otherwise overlap host work with device "
-                           "work and remove synchronisations.", "idle"),
+                           "work and remove synchronisations.", ("idle", "efficiency")),
 }
-"""Metric suffix -> (next step, analysis that zooms in)."""
+"""Metric suffix -> (next step, analyses that zoom in: the first whose command runs on
+the trace is suggested)."""
+DEVICE_COMM_NEXT = ("The device moves data while no compute kernel runs: NCCL kernels and "
+                    "memory transfers (memcpy/memset, host-device copies included) count "
+                    "here; see which dominates per stream.", ("breakdown", "efficiency"))
+"""Next step for the device communication and transfers efficiency."""
+
+
+def _device_split(ctx: Context, metric: str) -> str:
+    """For the device communication and transfers efficiency: how its loss splits into
+    communication kernels and memory transfers, summed over the devices (ns)."""
+    result = ctx.result("efficiency") if metric == "device_communication_efficiency" else None
+    per = None if result is None else result.extra.get("per_rank")
+    if per is None or "transfer_ns" not in per.columns:
+        return ""
+    per = per.filter((per["side"] == "device") & (per["scope"] == "run"))
+    comm, transfer = int(per["comm_kernel_ns"].sum()), int(per["transfer_ns"].sum())
+    return (f"; not hidden by compute kernels, summed over the devices: communication "
+            f"kernels {fmt_ns(comm)}, memory transfers {fmt_ns(transfer)}")
 
 
 def apply(ctx: Context, findings: list[Finding]) -> list[Finding]:
@@ -57,21 +79,32 @@ def apply(ctx: Context, findings: list[Finding]) -> list[Finding]:
             if m not in explained and m not in has_low_child]
 
 
+def words(metric: str) -> str:
+    """``device_communication_efficiency`` -> ``Device communication and transfers
+    efficiency`` (the report's label, with its side)."""
+    label = metric_label(metric)
+    side = metric.split("_", 1)[0]
+    if side in ("host", "device") and not label.lower().startswith(side):
+        label = f"{side} {label}"
+    return label[0].upper() + label[1:]
+
+
 def _finding(ctx: Context, metric: str, value: float) -> Finding:
-    words = metric.replace("_", " ")
     suffix = next((k for k in NEXT if metric.endswith(k)), None)
-    step, analysis = NEXT[suffix] if suffix else (
-        "Look at the efficiency tree for the factor below it.", "efficiency")
+    step, analyses = NEXT[suffix] if suffix else (
+        "Look at the efficiency tree for the factor below it.", ("efficiency",))
+    if metric == "device_communication_efficiency":
+        step, analyses = DEVICE_COMM_NEXT
     cost = round((1 - value) * ctx.span_ns)
     return Finding(
         rule=NAME,
-        statement=f"{words[0].upper()}{words[1:]} is {value:.2f}, below POP's "
-                  f"{POP_THRESHOLD} target",
+        statement=f"{words(metric)} is {value:.2f}, below POP's {POP_THRESHOLD} target",
         cost_ns=cost,
         evidence=(f"{metric} = {value:.3f} (efficiency analysis, whole run); (1 - value) x "
-                  f"run duration {fmt_ns(ctx.span_ns)} = {fmt_ns(cost)}"),
+                  f"run duration {fmt_ns(ctx.span_ns)} = {fmt_ns(cost)}"
+                  + _device_split(ctx, metric)),
         next_step=step,
-        command=ctx.command(analysis),
+        command=first_runnable(ctx, analyses),
         metric=metric,
         efficiency=value,
         severity="high",

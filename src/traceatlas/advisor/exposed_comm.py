@@ -1,50 +1,87 @@
 """Rule ``exposed_comm``: communication kernels run with no compute to hide them.
 
-Per rank (``breakdown``): exposed = ``exposed_comm_ns`` summed over its devices (union of
-communication kernels not overlapped by compute kernels). The part of it spent waiting
-for the last rank to arrive at a collective is charged to load imbalance / stragglers,
-not to communication: with ``collectives``, per rank wait = sum over instances of (last
-start - own start), and exposed transfer = max(0, exposed - wait).
+Per rank, from ``overlap`` (the table ``traceatlas analyze overlap`` prints, so the
+statement and the command agree): C = ``comm_ns`` (union of communication kernels),
+overlapped = ``overlapped_ns`` (communication while a compute kernel runs), exposed = C -
+overlapped. The part of the exposed time spent waiting for the last rank to arrive at a
+collective is charged to load imbalance / stragglers, not to communication: with
+``collectives``, per rank wait = sum over instances of (last start - own start), waiting
+= min(wait, exposed) and exposed transfer = exposed - waiting. So, per rank:
+
+    C = overlapped + waiting for late ranks + exposed transfer   (exactly)
 
 Trigger: exposed transfer > 0 on some rank.
 Cost (ns): the largest exposed transfer over the ranks (collectives synchronise the ranks,
 so the worst rank sets the pace).
-Statement: "Communication is not overlapped with compute: on rank R, X of communication
-kernels run with no compute kernel alongside (P % of its GPU time span; mostly KERNEL)".
+Statement: "Communication is not overlapped with compute: on rank R, communication
+kernels run C: O overlapped with compute, W waiting for late ranks and X exposed
+transfer (P % of its GPU time span; mostly KERNEL)".
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from traceatlas.advisor.base import Context, Finding, fmt_ns, heaviest, per_rank_sum, short_name
 
 NAME = "exposed_comm"
 
 
+@dataclass(frozen=True)
+class Split:
+    """One rank's communication kernel time (ns): comm = overlapped + waiting + transfer."""
+
+    comm: int
+    overlapped: int
+    waiting: int
+    transfer: int
+
+
+def decompose(ctx: Context) -> dict[int, Split]:
+    """Per rank with communication kernels: the split of its communication time."""
+    overlap = ctx.result("overlap")
+    if overlap is None:
+        return {}
+    wait = _collective_wait(ctx)
+    out: dict[int, Split] = {}
+    for row in overlap.table.iter_rows(named=True):
+        comm, overlapped = int(row["comm_ns"] or 0), int(row["overlapped_ns"] or 0)
+        if comm <= 0:
+            continue
+        rank = int(row["rank"])
+        exposed = comm - overlapped
+        waiting = min(max(0, wait.get(rank, 0)), exposed)
+        out[rank] = Split(comm, overlapped, waiting, exposed - waiting)
+    return out
+
+
 def check(ctx: Context) -> list[Finding]:
     """One finding for the rank with the most exposed communication."""
-    breakdown = ctx.result("breakdown")
-    if breakdown is None or not ctx.has("comm"):
+    if not ctx.has("comm"):
         return []
-    exposed = per_rank_sum(breakdown.table, "exposed_comm_ns")
-    span = per_rank_sum(breakdown.table, "span_ns")
-    comm = per_rank_sum(breakdown.table, "comm_ns")
-    wait = _collective_wait(ctx)
-    net = {r: max(0, v - wait.get(r, 0)) for r, v in exposed.items()}
+    split = decompose(ctx)
+    net = {r: s.transfer for r, s in split.items()}
     if not net or max(net.values()) <= 0:
         return []
     rank, cost = heaviest(net)
+    s = split[rank]
     kernel = _top_comm_kernel(ctx, rank)
     mostly = f"; mostly {short_name(kernel)}" if kernel else ""
-    share = cost / span[rank] if span.get(rank) else 0.0
+    span = _gpu_span(ctx).get(rank) or ctx.span_ns
+    share = cost / span if span else 0.0
     return [Finding(
         rule=NAME,
         statement=(f"Communication is not overlapped with compute: on rank {rank}, "
-                   f"{fmt_ns(cost)} of communication kernels run with no compute kernel "
-                   f"alongside ({share:.0%} of its GPU time span{mostly})"),
+                   f"communication kernels run {fmt_ns(s.comm)}: {fmt_ns(s.overlapped)} "
+                   f"overlapped with compute, {fmt_ns(s.waiting)} waiting for late ranks "
+                   f"and {fmt_ns(s.transfer)} exposed transfer ({share:.0%} of its GPU "
+                   f"time span{mostly})"),
         cost_ns=cost,
-        evidence=(f"rank {rank}: communication kernels {fmt_ns(comm.get(rank, 0))}, exposed "
-                  f"{fmt_ns(exposed[rank])}, of which waiting for late ranks "
-                  f"{fmt_ns(wait.get(rank, 0))}; exposed transfer per rank: "
+        evidence=(f"rank {rank}: communication kernels {fmt_ns(s.comm)} = overlapped with "
+                  f"compute kernels {fmt_ns(s.overlapped)} + exposed "
+                  f"{fmt_ns(s.comm - s.overlapped)}; exposed = waiting for late ranks "
+                  f"{fmt_ns(s.waiting)} (charged to load imbalance) + transfer "
+                  f"{fmt_ns(s.transfer)}; exposed transfer per rank: "
                   + ", ".join(f"{r}: {fmt_ns(v)}" for r, v in net.items())
                   + f"; window {ctx.when(*ctx.window)}"),
         next_step=("Overlap communication with compute: bucketed/asynchronous gradient "
@@ -54,6 +91,12 @@ def check(ctx: Context) -> list[Finding]:
         metric="device_communication_efficiency",
         efficiency=1 - share,
     )]
+
+
+def _gpu_span(ctx: Context) -> dict[int, int]:
+    """Per rank: first device activity start to last end (``breakdown``'s span_ns)."""
+    breakdown = ctx.result("breakdown")
+    return {} if breakdown is None else per_rank_sum(breakdown.table, "span_ns")
 
 
 def _collective_wait(ctx: Context) -> dict[int, int]:

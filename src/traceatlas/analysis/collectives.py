@@ -14,6 +14,10 @@ when unknown), ``start_ns`` (first start), ``end_ns`` (last end), ``skew_ns`` (a
 skew: last start - first start), ``straggler`` (the rank that started last; lowest rank on
 a tie; null when one rank only).
 
+Times (``start_ns``, ``end_ns`` here and in ``per_rank``) are ns since the run start (the
+first event of the trace, as the report's timeline, the advisor's windows and
+``--window`` count); a note gives that start in epoch ns.
+
 Extra tables: ``per_rank`` (instance, rank, start_ns, end_ns, dur_ns, lag_ns = start -
 first start of the instance); ``stragglers`` (rank, instances: multi-rank instances it
 joined, last: how often it started last, share = last / instances).
@@ -110,9 +114,13 @@ class Collectives:
             .sort("instance", "rank")
             .collect()
         )
-        return Result(table, extra={"per_rank": per_rank, "stragglers": _stragglers(table,
-                                                                                    per_rank)},
-                      notes=_notes(table))
+        t0 = int(trace.intervals.select(pl.col("start_ns").min()).collect().item() or 0)
+        since = [(pl.col("start_ns") - t0), (pl.col("end_ns") - t0)]
+        return Result(table.with_columns(*since),
+                      extra={"per_rank": per_rank.with_columns(*since),
+                             "stragglers": _stragglers(table, per_rank)},
+                      notes=[f"start_ns, end_ns: ns since the run start (first event of "
+                             f"the trace, {t0} ns since the epoch)", *_notes(table)])
 
 
 def _stragglers(table: pl.DataFrame, per_rank: pl.DataFrame) -> pl.DataFrame:

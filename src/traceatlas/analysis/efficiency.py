@@ -52,20 +52,26 @@ product is still mean U / T. SerE = max OutMPI / T^ideal there, so CommE = SerE 
 
 Device side (B.2; per physical device = (rank, device); streams flattened): Useful_d =
 union of compute kernels (category ``kernel``; with ``nccl_useful=true`` also
-``comm_kernel``, TALP's convention; default nsys2prv's: NCCL kernels and memcpy/memset are
-communication); Active_d = union of kernels, comm kernels, memcpy, memset; comm =
-Active - Useful (data movement not overlapped by useful kernels); idle = T - Active.
-``device_load_balance`` = sum U / (N max U); ``device_communication_efficiency`` = max U
-/ max Active; ``device_orchestration_efficiency`` = max Active / T;
+``comm_kernel``, TALP's convention; default nsys2prv's and the BSC device model's: NCCL
+kernels and memcpy/memset are communication and transfers); Active_d = union of kernels,
+comm kernels, memcpy, memset; comm = Active - Useful (data movement not overlapped by
+useful kernels), split into comm kernels = |kernels or comm kernels| - Useful and
+transfers = Active - |kernels or comm kernels| (memcpy/memset under no kernel; host-device
+copies included); idle = T - Active. ``device_load_balance`` = sum U / (N max U);
+``device_communication_efficiency`` (shown as "communication and transfers efficiency":
+host-device copies count here, so a run without any NCCL kernel can score low) = max U /
+max Active; ``device_orchestration_efficiency`` = max Active / T;
 ``device_parallel_efficiency`` = their product (= sum U / (N T)). Devices: every (rank,
 device) with device work anywhere in the trace (idle in the region counts as 0).
 Host and device global efficiencies are never multiplied together.
 
 Main table: scope, side, metric, value, parent (parent metric in the tree; null for a
-root), level (0 = root). Raw inputs are rows named ``*_ns`` (parent null, level 0).
-Extra tables: ``per_rank`` (scope, side, rank, device, useful_ns, comm_ns, idle_ns,
-active_ns, runtime_ns; host comm = MPI time, idle = T_p - useful - comm, active = useful
-+ comm), ``per_thread`` (rank, track_id, useful_ns).
+root), level (0 = root), label (the words a report shows, ``efficiency_labels``; null for
+the raw inputs). Raw inputs are rows named ``*_ns`` (parent null, level 0).
+Extra tables: ``per_rank`` (scope, side, rank, device, useful_ns, comm_ns, comm_kernel_ns,
+transfer_ns, idle_ns, active_ns, runtime_ns; host comm = MPI time, idle = T_p - useful -
+comm, active = useful + comm, comm_kernel_ns and transfer_ns null; device comm =
+comm_kernel_ns + transfer_ns), ``per_thread`` (rank, track_id, useful_ns).
 """
 
 from __future__ import annotations
@@ -75,6 +81,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import Param, Result
+from traceatlas.analysis.efficiency_labels import LABELS, metric_label
 from traceatlas.analysis.requirements import DEVICE_WORK
 from traceatlas.errors import InputError
 from traceatlas.ops.unions import union_segments
@@ -91,6 +98,9 @@ SYNC_CALL = r"(?i)synchronize"
 ANNOTATION_CATEGORIES = ("annotation", "nvtx", "region")
 RUNNING = '"state": 1}'
 """Paraver state Running in the reader's ``args`` text (``{"cpu": c, "state": 1}``)."""
+PER_RANK_COLUMNS = ("scope", "side", "rank", "device", "useful_ns", "comm_ns",
+                    "comm_kernel_ns", "transfer_ns", "idle_ns", "active_ns", "runtime_ns")
+"""Columns of the ``per_rank`` extra table."""
 
 
 @dataclass(frozen=True)
@@ -142,11 +152,14 @@ class Efficiency:
         notes: list[str] = []
         per_rank: list[pl.DataFrame] = []
         per_thread = _host(trace, view, region, rows, notes, per_rank)
-        _device(trace, view, region, bool(params.get("nccl_useful", False)), rows, notes,
-                per_rank)
+        nccl_useful = bool(params.get("nccl_useful", False))
+        _device(trace, view, region, nccl_useful, rows, notes, per_rank)
         table = pl.DataFrame(rows.rows, schema={
             "scope": pl.String, "side": pl.String, "metric": pl.String,
             "value": pl.Float64, "parent": pl.String, "level": pl.Int64})
+        table = table.with_columns(label=pl.Series(
+            [metric_label(m, nccl_useful) if m in LABELS else None for m in table["metric"]],
+            dtype=pl.String))
         ranks = pl.concat(per_rank, how="diagonal_relaxed") if per_rank else pl.DataFrame()
         return Result(table, extra={"per_rank": ranks, "per_thread": per_thread},
                       notes=notes)
@@ -374,7 +387,9 @@ def _host(trace: Trace, view: Trace, region: Region, rows: Rows, notes: list[str
                                                                       strict=True)],
         "active_ns": [u + c for u, c in zip(useful, comm, strict=True)],
         "runtime_ns": [t_rank.get(r, T) for r in ranks],
-    }, schema_overrides={"device": pl.Int32, "rank": pl.Int32}))
+        "comm_kernel_ns": [None] * len(ranks), "transfer_ns": [None] * len(ranks),
+    }, schema_overrides={"device": pl.Int32, "rank": pl.Int32, "comm_kernel_ns": pl.Int64,
+                         "transfer_ns": pl.Int64}).select(*PER_RANK_COLUMNS))
     return per_t.select(*keys, "useful_ns")
 
 
@@ -476,10 +491,12 @@ def _device(trace: Trace, view: Trace, region: Region, nccl_useful: bool, rows: 
     table = devices.lazy()
     for part in (_lengths(work.filter(pl.col("cat").is_in(useful_cats)), keys, region,
                           "useful_ns"),
+                 _lengths(work.filter(pl.col("cat").is_in(("kernel", "comm_kernel"))), keys,
+                          region, "kernels_ns"),
                  _lengths(work, keys, region, "active_ns")):
         table = table.join(part, on=keys, how="left")
-    per = table.with_columns(pl.col("useful_ns", "active_ns").fill_null(0)).sort(keys) \
-        .collect()
+    per = table.with_columns(pl.col("useful_ns", "kernels_ns", "active_ns").fill_null(0)) \
+        .sort(keys).collect()
     T = region.runtime_ns
     u = [int(v) for v in per["useful_ns"].to_list()]
     a = [int(v) for v in per["active_ns"].to_list()]
@@ -495,12 +512,16 @@ def _device(trace: Trace, view: Trace, region: Region, nccl_useful: bool, rows: 
     rows.add("device", "device_useful_max_ns", max(u))
     rows.add("device", "device_active_max_ns", max(a))
     rows.add("device", "device_count", n)
-    notes.append("device useful = compute kernels" + (" and NCCL/comm kernels (TALP)"
-                 if nccl_useful else " only; NCCL kernels and memcpy/memset count as "
-                 "communication (nsys2prv convention)"))
+    notes.append("device useful = compute kernels" + (
+        " and NCCL/comm kernels (TALP); device_communication_efficiency then measures "
+        "memory transfers (memcpy/memset) only" if nccl_useful else
+        " only; NCCL kernels and memcpy/memset (host-device transfers) count as "
+        "communication and transfers (BSC device model, nsys2prv convention): "
+        "device_communication_efficiency is communication and transfers efficiency"))
     per_rank.append(per.with_columns(
         scope=pl.lit(region.scope), side=pl.lit("device"),
         comm_ns=pl.col("active_ns") - pl.col("useful_ns"),
+        comm_kernel_ns=pl.col("kernels_ns") - pl.col("useful_ns"),
+        transfer_ns=pl.col("active_ns") - pl.col("kernels_ns"),
         idle_ns=pl.lit(T, pl.Int64) - pl.col("active_ns"), runtime_ns=pl.lit(T, pl.Int64),
-    ).select("scope", "side", "rank", "device", "useful_ns", "comm_ns", "idle_ns",
-             "active_ns", "runtime_ns"))
+    ).select(*PER_RANK_COLUMNS))

@@ -18,12 +18,12 @@ Extra table ``histogram``: per group, the non-empty bins of a fixed log-spaced g
 10^((b+1)/10) ns, written as integer bounds ``bin_lo_ns`` <= d < ``bin_hi_ns``; zero
 durations go to the bin [0, 1). Column ``count``.
 
-``bimodal`` (a gap test on that histogram): true when the group has at least
-``MIN_SAMPLES`` samples and its log histogram has an empty stretch (one or more empty
-bins, i.e. durations at least 10^(1/10) = 1.26x apart with nothing between) that leaves at
-least ``MODE_MIN_FRACTION`` (10 %) of the samples on each side. Two populations of one
-kernel, e.g. a GEMM at 1 ms and 3 ms, are flagged; noise within +-10 % is not. The test
-is conservative: two modes whose tails touch are not flagged.
+``bimodal``: the kernel's calls form two well-separated groups whose slow side costs
+time worth a look: the two-mode split of ``traceatlas.analysis.kernel_modes`` (log
+durations cut where the within-group variance is smallest; separation >= 0.9, >= 20 % of
+the calls on each side, slow median >= 1.5x fast median, slow calls' excess over the fast
+median >= 5 % of the device busy time; at least 10 calls). Extra table ``modes``: that
+split for every group with at least 10 calls (see ``kernel_modes``).
 
 Differences from HTA's ``get_gpu_kernel_breakdown``: no "others" row (HTA folds kernels
 past ``num_kernels`` or past the 80 % cumulative-duration quantile into "others"); memory
@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import MAX_COUNT, Param, Result
+from traceatlas.analysis.kernel_modes import modes
 from traceatlas.analysis.requirements import DEVICE_WORK
 from traceatlas.ops.unions import union_ns
 
@@ -49,10 +50,6 @@ if TYPE_CHECKING:
 
 BINS_PER_DECADE = 10
 """Histogram resolution: bins per factor of 10 in duration."""
-MODE_MIN_FRACTION = 0.1
-"""Each side of a gap must hold at least this fraction of the samples."""
-MIN_SAMPLES = 10
-"""Groups with fewer samples are never flagged bimodal."""
 MAX_BIN = 188
 """Last histogram bin: [10^18.8, 10^18.9) ns, below the int64 limit."""
 
@@ -90,21 +87,21 @@ class Kernels:
             "rank", pl.col("name").cast(pl.String), cat.alias("category"),
             "start_ns", "end_ns", "dur_ns")
         rows = device.filter(pl.col("category").is_in(cats))
-        lazy = _stats(rows, keys, _busy(device, by_rank="rank" in keys))
+        busy = _busy(device, by_rank="rank" in keys).collect().lazy()  # used twice
+        lazy = _stats(rows, keys, busy)
         stats = _top(lazy, int(params["top"]), "rank" in keys).collect()
         chosen = stats.lazy().select(keys)
         kept = rows.join(chosen, on=keys, how="semi")
-        hist = _histogram(kept, keys).collect()
-        flags = _bimodal(hist.lazy(), keys).collect()
+        hist, split = pl.collect_all([_histogram(kept, keys), modes(kept, keys, busy)])
         order = ["rank"] if "rank" in keys else []
-        table = (stats.join(flags, on=keys, how="left")
+        table = (stats.join(split.select(*keys, "bimodal"), on=keys, how="left")
                  .with_columns(pl.col("bimodal").fill_null(False))
                  .sort([*order, "total_ns", "name"], descending=[*[False] * len(order),
                                                                  True, False]))
-        return Result(table, extra={"histogram": hist.drop("_bin")},
-                      notes=[f"share_pct: % of the rank's device busy time (union of all "
-                             f"device activity); bimodal: log-histogram gap test, "
-                             f"{BINS_PER_DECADE} bins/decade"])
+        return Result(table, extra={"histogram": hist.drop("_bin"), "modes": split},
+                      notes=["share_pct: % of the rank's device busy time (union of all "
+                             "device activity); bimodal: two-mode split of the log "
+                             "durations (table modes; docs/definitions.md)"])
 
 
 def _busy(device: pl.LazyFrame, by_rank: bool) -> pl.LazyFrame:
@@ -185,16 +182,3 @@ def _histogram(rows: pl.LazyFrame, keys: list[str]) -> pl.LazyFrame:
         .sort([*keys, "_bin"])
         .select(*keys, "bin_lo_ns", "bin_hi_ns", "count", "_bin")
     )
-
-
-def _bimodal(hist: pl.LazyFrame, keys: list[str]) -> pl.LazyFrame:
-    """Per group: bimodal = an empty stretch of bins with >= 10 % of samples each side."""
-    import polars as pl
-
-    n = pl.col("count").sum().over(keys)
-    below = pl.col("count").cum_sum().over(keys)
-    gap = (pl.col("_bin").shift(-1).over(keys) - pl.col("_bin")) >= 2
-    least = n * MODE_MIN_FRACTION
-    split = gap & (below >= least) & ((n - below) >= least) & (n >= MIN_SAMPLES)
-    return (hist.sort([*keys, "_bin"]).with_columns(split.fill_null(False).alias("_split"))
-            .group_by(keys).agg(pl.col("_split").any().alias("bimodal")))

@@ -8,7 +8,13 @@ collective (``MPI_Allreduce``, ``MPI_Barrier``, ``MPI_Bcast``, ``MPI_Reduce*``,
 ``MPI_Exscan``, ``MPI_Neighbor_*``, and their non-blocking ``MPI_I...`` forms; Paraver,
 nsys). ``op`` is the ``collective`` column, else the name without ``MPI_``, lower case
 (``MPI_Allreduce`` -> ``allreduce``, as OTF2's ``ALLREDUCE``). ``communicator`` is the
-``process_group`` column (OTF2 communicator name; null when the source has none).
+``process_group`` column (OTF2 communicator name, ``comm N`` when unnamed). ``bytes`` is the
+call's ``bytes`` column (OTF2's size sent). Paraver traces from Extrae keep both as events
+at the call's entry (type 50100001 "Send Size in MPI Global OP", 50100004 "Communicator in
+MPI Global OP", stored as instants): the first of each on the call's rank within the call
+fills ``bytes`` and ``communicator`` (``comm <id>``, Extrae's communicator id; used only
+when every rank saw the same ids, since instances are keyed by it) where the columns are
+null.
 
 Matching: on each rank the calls of one (communicator, op) are numbered by start
 (``occurrence`` 0, 1, ...); the calls with the same (communicator, op, occurrence) on
@@ -90,12 +96,15 @@ def _per_rank(trace: Trace) -> pl.LazyFrame:
     name = pl.col("name").cast(pl.String)
     op = pl.coalesce(pl.col("collective").cast(pl.String).str.to_lowercase(),
                      name.str.replace(r"(?i)^MPI_", "").str.to_lowercase())
-    calls = (
+    calls = _with_global_op_events(
+        trace,
         trace.intervals
         .filter((pl.col("category").cast(pl.String) == "mpi")
                 & (pl.col("collective").is_not_null() | name.str.contains(COLLECTIVE_NAME)))
         .select("rank", "start_ns", "end_ns", "bytes", op.alias("op"),
-                pl.col("process_group").cast(pl.String).fill_null("").alias("communicator"))
+                pl.col("process_group").cast(pl.String).alias("communicator")))
+    calls = (
+        calls.with_columns(pl.col("communicator").fill_null(""))
         .sort("rank", "start_ns", "end_ns")
         .with_columns(occurrence=pl.int_range(pl.len(), dtype=pl.Int64)
                       .over("rank", "communicator", "op"))
@@ -106,6 +115,51 @@ def _per_rank(trace: Trace) -> pl.LazyFrame:
         dur_ns=pl.col("end_ns") - pl.col("start_ns"),
         wait_ns=pl.min_horizontal(last, pl.col("end_ns")) - pl.col("start_ns"),
     )
+
+
+SEND_SIZE, COMMUNICATOR = 50100001, 50100004
+"""Extrae event types: send size (bytes) and communicator id of an MPI global op."""
+
+
+def _with_global_op_events(trace: Trace, calls: pl.LazyFrame) -> pl.LazyFrame:
+    """``calls`` with null ``bytes`` / ``communicator`` filled from Extrae's global-op
+    events (Paraver instants) on the same rank within the call (module docstring)."""
+    import polars as pl
+
+    args = pl.col("args")
+    events = (
+        trace.instants.filter(args.str.contains('"type": 501000', literal=True))
+        .select("rank", "ts_ns",
+                type=args.str.json_path_match("$.type").cast(pl.Int64, strict=False),
+                value=args.str.json_path_match("$.value").cast(pl.Int64, strict=False))
+        .filter(pl.col("type").is_in((SEND_SIZE, COMMUNICATOR)))
+        .collect()
+    )
+    if events.height == 0:
+        return calls
+    comms = events.filter(pl.col("type") == COMMUNICATOR).group_by("rank").agg(
+        pl.col("value").unique().sort())
+    if comms["value"].n_unique() > 1:  # ids that differ between ranks cannot key instances
+        events = events.filter(pl.col("type") != COMMUNICATOR)
+    calls = calls.with_row_index("_call")
+    for kind, column in ((SEND_SIZE, "_size"), (COMMUNICATOR, "_comm")):
+        part = (events.lazy().filter(pl.col("type") == kind)
+                .select(pl.col("rank").cast(pl.Int64), "ts_ns", pl.col("value").alias(column))
+                .sort("ts_ns"))
+        found = (
+            calls.select("_call", pl.col("rank").cast(pl.Int64), "start_ns", "end_ns")
+            .sort("start_ns")
+            .join_asof(part, left_on="start_ns", right_on="ts_ns", by="rank",
+                       strategy="forward", check_sortedness=False)
+            .filter(pl.col("ts_ns") <= pl.col("end_ns"))
+            .select("_call", column)
+        )
+        calls = calls.join(found, on="_call", how="left")
+    return calls.with_columns(
+        bytes=pl.coalesce(pl.col("bytes"), pl.col("_size")),
+        communicator=pl.coalesce(pl.col("communicator"),
+                                 pl.lit("comm ") + pl.col("_comm").cast(pl.String)),
+    ).drop("_call", "_size", "_comm")
 
 
 def _instances(per_rank: pl.DataFrame) -> pl.DataFrame:

@@ -1,6 +1,12 @@
 """Multi-run POP scaling metrics (reference A.2): one row per run, the run with the fewest
 processes is the reference.
 
+Runs that all have the same rank count are a *comparison* (e.g. before/after an
+optimisation), not a scaling study: ``scaling`` is ``comparison``, ``scaling_ratio`` null,
+the reference is the first run given, and the columns hold the same formulas with P /
+P_ref = 1 (``speedup`` = T_ref / T, ``computational_scalability`` = sum U_ref / sum U).
+Strong or weak scaling is detected only when the rank counts differ.
+
 Per run (``efficiency`` analysis, whole run, host side): ``ranks`` P (host ranks),
 ``runtime_ns`` T, ``useful_ns`` total useful time sum_p U_p, ``parallel_efficiency``
 PE = mean U / T.
@@ -70,18 +76,23 @@ def scalability(results: Sequence[tuple[str, Trace]],
     ref = min(runs, key=lambda r: (r["ranks"], runs.index(r)))
     counters = all(r["instructions"] for r in runs)
     key = "instructions" if counters else "useful_ns"
-    others = [r for r in runs if r is not ref and r["ranks"] and ref["ranks"] and ref[key]]
-    ratio = (sum((r[key] / ref[key]) / (r["ranks"] / ref["ranks"]) for r in others)
-             / len(others)) if others else None
-    mode = "weak" if ratio is not None and ratio > WEAK_THRESHOLD else "strong"
+    if len({r["ranks"] for r in runs}) == 1:
+        mode, ratio = "comparison", None
+        notes = [f"comparison, not a scaling study: every run has {ref['ranks']} ranks; "
+                 f"reference run {ref['run']!r} (the first given)"]
+    else:
+        others = [r for r in runs if r is not ref and r["ranks"] and ref["ranks"] and ref[key]]
+        ratio = (sum((r[key] / ref[key]) / (r["ranks"] / ref["ranks"]) for r in others)
+                 / len(others)) if others else None
+        mode = "weak" if ratio is not None and ratio > WEAK_THRESHOLD else "strong"
+        basis = "useful instructions" if counters else "total useful time"
+        notes = [f"{mode} scaling detected: mean normalised growth of {basis} "
+                 f"(X/X_ref)/(P/P_ref) = {ratio if ratio is None else round(ratio, 4)} "
+                 f"(weak above {WEAK_THRESHOLD}); reference run {ref['run']!r} "
+                 f"({ref['ranks']} ranks)"]
     rows = [_row(r, ref, mode, counters) for r in runs]
     table = pl.DataFrame(rows).with_columns(scaling=pl.lit(mode),
                                             scaling_ratio=pl.lit(ratio, pl.Float64))
-    basis = "useful instructions" if counters else "total useful time"
-    notes = [f"{mode} scaling detected: mean normalised growth of {basis} "
-             f"(X/X_ref)/(P/P_ref) = {ratio if ratio is None else round(ratio, 4)} "
-             f"(weak above {WEAK_THRESHOLD}); reference run {ref['run']!r} "
-             f"({ref['ranks']} ranks)"]
     return Result(table, notes=notes)
 
 

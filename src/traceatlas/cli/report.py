@@ -7,6 +7,7 @@ Registered on the ``app`` of ``traceatlas.cli.main`` when that module is importe
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -20,6 +21,7 @@ from traceatlas.cli.main import EngineOpt, _check_format, _guard, app, writing
 from traceatlas.errors import InputError
 from traceatlas.report import data as report_data
 from traceatlas.report import html, terminal
+from traceatlas.store.cache import cache_root
 from traceatlas.tempfiles import staging_prefix
 
 REPO_SAMPLE = Path(traceatlas.__file__).resolve().parents[2] / "examples" / "sample_trace"
@@ -77,15 +79,34 @@ def demo_command(
 ) -> None:
     """Run the report on the sample that ships with the project; writes demo-report.html."""
     _check_format(fmt, ("table", "json"))
-    if (REPO_SAMPLE / "rank-0.json.gz").is_file():
-        output.stderr.print(f"sample: {REPO_SAMPLE} (from the repository)", highlight=False)
-        _report([REPO_SAMPLE], out, fmt, "local")
-        return
-    from traceatlas.testing.sample import write_sample
+    sample, origin = demo_sample()
+    output.stderr.print(f"sample: {sample} ({origin})", highlight=False)
+    _report([sample], out, fmt, "local")
 
-    with tempfile.TemporaryDirectory(prefix=staging_prefix("demo")) as tmp:
-        sample = Path(tmp) / "sample_trace"
-        write_sample(sample)
-        output.stderr.print(f"sample: generated in {sample} (no repository checkout found)",
-                            highlight=False)
-        _report([sample], out, fmt, "local")
+
+def demo_sample() -> tuple[Path, str]:
+    """The sample the demo reports on, and where it comes from: the repository's
+    ``examples/sample_trace``, else a copy generated once into the cache directory
+    (``cache_root()/sample-<version>/sample_trace``), where it stays so that the commands
+    the report suggests keep working after the demo exits."""
+    from traceatlas.testing.sample import WORLD, write_sample
+
+    if (REPO_SAMPLE / "rank-0.json.gz").is_file():
+        return REPO_SAMPLE, "from the repository"
+    target = cache_root() / f"sample-{traceatlas.__version__}" / "sample_trace"
+    files = [target / f"rank-{r}.json.gz" for r in range(WORLD)]
+    if all(f.is_file() for f in files):
+        return target, "generated earlier, kept in the cache directory"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=staging_prefix("demo"), dir=target.parent))
+    try:
+        write_sample(staging)
+        if target.exists():  # an incomplete earlier copy
+            shutil.rmtree(target)
+        staging.rename(target)
+    except OSError:
+        if not all(f.is_file() for f in files):  # not a concurrent demo that won the race
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target, "generated now, kept in the cache directory"

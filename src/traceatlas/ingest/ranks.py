@@ -36,9 +36,23 @@ def assign_ranks(results: list[PartitionResult]) -> dict[tuple[int, int], int]:
         owner[free] = res
         ranks[res.key] = free
         warnings.warn(
-            f"{res.source.display}: no rank in distributedInfo or the file name; "
-            f"assigned rank {free}",
+            f"{res.source.display}: {missing_rank(res)}; assigned rank {free}",
             RankInferredWarning,
             stacklevel=3,
         )
     return ranks
+
+
+MISSING_RANK = {
+    "kineto": "no rank in distributedInfo or the file name",
+    "nsys": "no MPI rank for process {n} of the export (no MPI_RANKS table, no thread named "
+            "'MPI Rank N'; processes are numbered in the order of their id)",
+    "nsys-nvtx-csv": "an nsys stats CSV carries no rank",
+}
+"""Per source format: where a rank was looked for and not found."""
+
+
+def missing_rank(res: PartitionResult) -> str:
+    """Why the rank of ``res`` is unknown, in the words of its format."""
+    text = MISSING_RANK.get(res.source_format, "the file does not say its rank")
+    return text.format(n=res.sub + 1)

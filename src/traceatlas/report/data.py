@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from traceatlas._version import __version__
+from traceatlas.analysis.efficiency_labels import description, metric_label
 from traceatlas.errors import TraceAtlasError
-from traceatlas.report import overview
+from traceatlas.report import compare, overview
 from traceatlas.report.results import Results, Unavailable
 
 if TYPE_CHECKING:
@@ -39,6 +40,10 @@ class EfficiencyNode:
     value: float | None
     parent: str | None
     level: int
+    label: str = ""
+    """The words shown for the metric (``efficiency_labels``)."""
+    description: str = ""
+    """What the value measures, one line."""
 
 
 @dataclass
@@ -57,12 +62,15 @@ class Finding:
 
 @dataclass
 class RankBar:
-    """Per-rank time split (ns) for the stacked bars: useful + comm + idle."""
+    """Per-rank time split (ns) for the stacked bars: useful + comm + transfer + idle.
+    Device bars: comm = communication kernels, transfer = memcpy/memset under no kernel
+    (host-device copies); host bars: comm = MPI, transfer = 0."""
 
     label: str
     useful_ns: int
     comm_ns: int
     idle_ns: int
+    transfer_ns: int = 0
 
 
 @dataclass
@@ -124,12 +132,18 @@ class RunReport:
 
 @dataclass
 class ReportData:
-    """The whole report: one entry per run, plus scalability across runs."""
+    """The whole report: one entry per run, plus the across-runs table.
+
+    ``runs_mode``: ``comparison`` when every run has the same rank count (before/after,
+    not a scaling study), else ``strong`` or ``weak`` scaling; ``comparison``: the runs'
+    main numbers side by side (``compare.rows``)."""
 
     version: str
     runs: list[RunReport]
     scalability: list[dict[str, Any]] = field(default_factory=list)
     missing: dict[str, str] = field(default_factory=dict)
+    runs_mode: str = ""
+    comparison: list[compare.Row] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (the ``--format json`` output)."""
@@ -149,6 +163,9 @@ def build(runs: list[tuple[str, Trace]], *, top_findings: int = TOP_FINDINGS,
             data.scalability = _scalability(runs, caches)
         except Unavailable as exc:
             data.missing["scalability"] = exc.reason
+        data.runs_mode = (str(data.scalability[0]["scaling"]) if data.scalability
+                          else compare.mode(reports))
+        data.comparison = compare.rows(reports, data.scalability)
     return data
 
 
@@ -183,7 +200,9 @@ def _efficiency(run: RunReport, results: Results) -> None:
     run.efficiency = [
         EfficiencyNode(str(r["side"]), str(r["metric"]),
                        None if r["value"] is None else float(r["value"]),
-                       r.get("parent"), int(r.get("level") or 0))
+                       r.get("parent"), int(r.get("level") or 0),
+                       str(r.get("label") or metric_label(str(r["metric"]))),
+                       description(str(r["metric"])))
         for r in rows.iter_rows(named=True)
         if any(word in str(r["metric"]) for word in EFFICIENCY_WORDS)
     ]
@@ -213,28 +232,38 @@ def _rank_bars(run: RunReport, results: Results, act: overview.Activity) -> None
             sides = set(per_rank["side"].to_list())
             side = "device" if "device" in sides else "host"
             per_rank = per_rank.filter(per_rank["side"] == side)
-        run.rank_bars = [RankBar(_rank_label(r), int(r["useful_ns"] or 0),
-                                 int(r.get("comm_ns") or 0), int(r["idle_ns"] or 0))
-                         for r in per_rank.iter_rows(named=True)]
+        run.rank_bars = [_bar(r) for r in per_rank.iter_rows(named=True)]
         run.rank_bars_source = (f"{side} side of the efficiency model: " if side else "") + \
             RANK_BAR_SOURCES.get(side, "efficiency analysis, per_rank table")
         return
     window = (run.start_ns, run.start_ns + run.span_ns)
-    run.rank_bars = [RankBar(f"rank {t.rank}", t.useful_ns, t.comm_ns, t.idle_ns)
+    run.rank_bars = [RankBar(f"rank {t.rank}", t.useful_ns, t.comm_ns, t.idle_ns,
+                             t.transfer_ns)
                      for t in overview.rank_times(results.trace, act, window)]
     run.rank_bars_source = {
-        "device": "device activity: useful = compute kernels, comm = comm kernels and "
-                  "memory transfers not under a compute kernel, idle = no device activity",
-        "mpi": "MPI calls: comm = inside MPI, useful = the rest of the run",
+        "device": "device activity: " + RANK_BAR_SOURCES["device"],
+        "mpi": "MPI calls: communication = inside MPI, useful = the rest of the run",
     }.get(act.kind, "host events: useful = any event, idle = none")
 
 
 RANK_BAR_SOURCES = {
-    "device": "useful = compute kernels, communication = comm kernels and memory transfers "
-              "not under a compute kernel, idle = no device activity",
+    "device": "useful = compute kernels, communication = communication (NCCL) kernels not "
+              "under a compute kernel, transfers = memory copies and sets (host-device "
+              "included) under no kernel, idle = no device activity",
     "host": "useful = host time outside MPI and synchronisation, communication = MPI, "
             "idle = the rest",
 }
+
+
+def _bar(row: dict[str, Any]) -> RankBar:
+    """The bar of an efficiency ``per_rank`` row: device rows split ``comm_ns`` into
+    communication kernels and transfers; host rows are all communication (MPI)."""
+    comm, transfer = int(row.get("comm_ns") or 0), 0
+    if row.get("side") == "device" and row.get("transfer_ns") is not None:
+        transfer = int(row["transfer_ns"])
+    return RankBar(_rank_label(row), useful_ns=int(row["useful_ns"] or 0),
+                   comm_ns=comm - transfer, idle_ns=int(row["idle_ns"] or 0),
+                   transfer_ns=transfer)
 
 
 def _rank_label(row: dict[str, Any]) -> str:

@@ -7,14 +7,16 @@ from html import escape
 from importlib import resources
 from typing import TYPE_CHECKING
 
-from traceatlas.report import svg
+from traceatlas.report import compare, svg
 from traceatlas.report.terminal import FAIR, GOOD, metric_label, ordered
 
 if TYPE_CHECKING:
     from traceatlas.report.data import EfficiencyNode, ReportData, RunReport
 
-BAR_SERIES = (("useful", "#54a24b"), ("communication", "#4c78a8"), ("idle", "#d3d8de"))
-"""Per-rank bar segments and colours."""
+BAR_SERIES = (("useful", "#54a24b"), ("communication", "#4c78a8"),
+              ("transfers", "#f58518"), ("idle", "#d3d8de"))
+"""Per-rank bar segments and colours: communication (NCCL kernels, MPI) and memory
+transfers (memcpy/memset, host-device copies included) apart."""
 OPEN_FINDINGS = 5
 """Findings shown open; the rest sit in a collapsed ``<details>``."""
 MAX_STEP_LINES = 8
@@ -34,7 +36,7 @@ def render(data: ReportData) -> str:
     if len(data.runs) > 1:
         body.append(_scalability(data))
     for i, run in enumerate(data.runs):
-        body.append(_run(run, i))
+        body.append(_run(run, i, f"run {i + 1}: " if len(data.runs) > 1 else ""))
     body.append(f"</main><footer>traceatlas {escape(data.version)}: efficiency model after "
                 f"POP (>= {GOOD:.2f} good, < {FAIR:.2f} poor); times in the unit shown on "
                 f"each axis.</footer>")
@@ -54,7 +56,7 @@ def _na(run: RunReport, section: str) -> str:
     return f'<p class="na">not available: {escape(reason)}</p>'
 
 
-def _run(run: RunReport, i: int) -> str:
+def _run(run: RunReport, i: int, prefix: str = "") -> str:
     meta = (f"{escape(run.source_format)} &middot; {len(run.ranks)} rank(s) &middot; span "
             f"{escape(svg.fmt_ns(run.span_ns))} &middot; store <code>{escape(run.store)}</code>")
     top = ('<div class="grid">'
@@ -62,7 +64,7 @@ def _run(run: RunReport, i: int) -> str:
                    "product of the values under it")
            + f"<div>{_bars(run)}{_timeline(run)}</div></div>")
     findings = _card("findings-card", "Findings", _findings(run), "ranked by the time they cost")
-    return (f'<section class="run" id="run-{i}"><h2>{escape(run.name)}</h2>'
+    return (f'<section class="run" id="run-{i}"><h2>{escape(prefix + run.name)}</h2>'
             f'<p class="meta">{meta}</p>{top}{findings}{_kernels(run)}'
             f"{_steps(run)}</section>")
 
@@ -94,11 +96,16 @@ def _subtree(nodes: list[EfficiencyNode], parent: str | None, names: set[str]) -
         value = "n/a" if n.value is None else f"{n.value:.2f}"
         width = 0 if n.value is None else max(0.0, min(1.0, n.value)) * 100
         items.append(
-            f'<li><div class="node" title="{escape(n.metric)}"><span class="name">'
+            f'<li><div class="node" title="{escape(_tip(n))}"><span class="name">'
             f"{escape(metric_label(n))}</span><span class=\"meter\"><span class=\"{_cls(n.value)}"
             f'" style="width:{width:.1f}%"></span></span><span class="val {_cls(n.value)}">'
             f"{value}</span></div>{_subtree(nodes, n.metric, names)}</li>")
     return f"<ul>{''.join(items)}</ul>"
+
+
+def _tip(node: EfficiencyNode) -> str:
+    """Hover text of a tree node: the metric's name and what it measures."""
+    return f"{node.metric}: {node.description}" if node.description else node.metric
 
 
 def _findings(run: RunReport) -> str:
@@ -123,8 +130,10 @@ def _findings(run: RunReport) -> str:
 def _bars(run: RunReport) -> str:
     if not run.rank_bars:
         return _card("rank-bars", "Time per rank", _na(run, "rank_bars"))
-    rows = [(b.label, (b.useful_ns, b.comm_ns, b.idle_ns)) for b in run.rank_bars]
-    plot = svg.stacked_bars(rows, BAR_SERIES, "useful, communication and idle time per rank")
+    rows = [(b.label, (b.useful_ns, b.comm_ns, b.transfer_ns, b.idle_ns))
+            for b in run.rank_bars]
+    plot = svg.stacked_bars(rows, BAR_SERIES,
+                            "useful, communication, transfers and idle time per rank")
     return _card("rank-bars", "Time per rank", plot, run.rank_bars_source)
 
 
@@ -187,23 +196,8 @@ def _steps(run: RunReport) -> str:
 
 
 def _scalability(data: ReportData) -> str:
-    if not data.scalability:
-        reason = data.missing.get("scalability", "no data")
-        return _card("scalability", "Scalability across runs",
-                     f'<p class="na">not available: {escape(reason)}</p>')
-    cols = list(data.scalability[0])
-    head = "".join(f"<th>{escape(c)}</th>" for c in cols)
-    rows = "".join("<tr>" + "".join(f"<td>{escape(_cell(r[c]))}</td>" for c in cols) + "</tr>"
-                   for r in data.scalability)
-    return _card("scalability", "Scalability across runs",
-                 f'<table class="data"><tr>{head}</tr>{rows}</table>')
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
-    return str(value)
+    title = ("Comparison of runs" if compare.filled(data).runs_mode == "comparison"
+             else "Scalability across runs")
+    reason = data.missing.get("scalability")
+    na = f'<p class="na">scalability not available: {escape(reason)}</p>' if reason else ""
+    return _card("scalability", title, na + compare.html(data))

@@ -117,26 +117,31 @@ def _busy_before(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.nda
 
 @dataclass
 class RankTimes:
-    """One rank's time split (ns): useful + comm + idle = the run's span."""
+    """One rank's time split (ns): useful + comm + transfer + idle = the run's span."""
 
     rank: int
     useful_ns: int
     comm_ns: int
     idle_ns: int
+    transfer_ns: int = 0
 
 
 def rank_times(trace: Trace, act: Activity, window: tuple[int, int]) -> list[RankTimes]:
-    """Per-rank useful/comm/idle without the efficiency analysis. Device traces: useful =
-    union of compute kernels, comm = union of comm kernels and memory activity not under a
-    compute kernel, idle = span - union of all device activity. MPI traces: comm = union of
-    MPI calls, useful = span - comm, idle = 0."""
+    """Per-rank useful/comm/transfer/idle without the efficiency analysis. Device traces:
+    useful = union of compute kernels, comm = comm kernels not under a compute kernel
+    (|kernels or comm kernels| - useful), transfer = memory activity under no kernel
+    (busy - |kernels or comm kernels|), idle = span - union of all device activity (busy).
+    MPI traces: comm = union of MPI calls, useful = span - comm, idle = 0."""
     import polars as pl
 
     total = window[1] - window[0]
     ranks = pl.DataFrame({"rank": sorted(trace.ranks)}, schema={"rank": pl.Int64}).lazy()
     if act.kind == "device":
         compute = act.rows.filter(pl.col("category") == "kernel")
-        parts = [union_ns(compute, ["rank"], "compute"), union_ns(act.rows, ["rank"], "busy")]
+        any_kernel = act.rows.filter(pl.col("category").is_in(("kernel", "comm_kernel")))
+        parts = [union_ns(compute, ["rank"], "compute"),
+                 union_ns(any_kernel, ["rank"], "kernels"),
+                 union_ns(act.rows, ["rank"], "busy")]
     else:
         parts = [union_ns(act.rows, ["rank"], "busy")]
     frame = ranks
@@ -148,8 +153,9 @@ def rank_times(trace: Trace, act: Activity, window: tuple[int, int]) -> list[Ran
     for row in table.iter_rows(named=True):
         busy = int(row["busy"])
         if act.kind == "device":
-            useful = int(row["compute"])
-            out.append(RankTimes(row["rank"], useful, busy - useful, max(0, total - busy)))
+            useful, kernels = int(row["compute"]), int(row["kernels"])
+            out.append(RankTimes(row["rank"], useful, kernels - useful, max(0, total - busy),
+                                 busy - kernels))
         elif act.kind == "mpi":
             out.append(RankTimes(row["rank"], max(0, total - busy), busy, 0))
         else:

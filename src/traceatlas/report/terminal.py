@@ -11,10 +11,10 @@ import io
 from typing import TYPE_CHECKING
 
 from rich.console import Console, Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from traceatlas.literal import literal
+from traceatlas.report import compare
 from traceatlas.report.svg import fmt_ns
 
 if TYPE_CHECKING:
@@ -27,6 +27,8 @@ MAX_TREE = 16
 GOOD, FAIR = 0.8, 0.6
 """POP practice: >= 0.8 is good, below deserves attention; below 0.6 is poor."""
 BAR = 12
+LABEL_WIDTH = 42
+"""Columns for a metric label and its indent ("communication and transfers efficiency")."""
 
 
 def colour(value: float | None) -> str:
@@ -38,6 +40,8 @@ def colour(value: float | None) -> str:
 
 def metric_label(node: EfficiencyNode) -> str:
     """``device_load_balance`` -> ``load balance``."""
+    if node.label:
+        return node.label
     name = node.metric
     if name.startswith(node.side + "_"):
         name = name[len(node.side) + 1:]
@@ -58,7 +62,7 @@ def tree_lines(nodes: list[EfficiencyNode], limit: int = MAX_TREE) -> list[Text]
             value = "   n/a" if node.value is None else f"{node.value:6.2f}"
             filled = 0 if node.value is None else round(max(0.0, min(1.0, node.value)) * BAR)
             line = Text("  " + "  " * node.level)
-            line.append(literal(f"{metric_label(node):<{34 - 2 * node.level}}"))
+            line.append(literal(f"{metric_label(node):<{LABEL_WIDTH - 2 * node.level}}"))
             line.append(value + " ", style=f"bold {colour(node.value)}")
             line.append("█" * filled, style=colour(node.value))
             line.append("░" * (BAR - filled), style="dim")
@@ -124,26 +128,6 @@ def run_lines(run: RunReport, budget: int) -> list[Text]:
     return lines
 
 
-def scalability_table(data: ReportData) -> Table:
-    """One row per run with the scalability columns (numbers rounded)."""
-    table = Table(title="Scalability across runs", title_justify="left", box=None,
-                  header_style="bold")
-    columns = list(data.scalability[0]) if data.scalability else []
-    for c in columns:
-        table.add_column(Text(literal(c)), overflow="ellipsis", max_width=28)
-    for row in data.scalability:
-        table.add_row(*(Text(literal(_cell(row[c]))) for c in columns))
-    return table
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.2f}"
-    return str(value)
-
-
 def renderable(data: ReportData, max_lines: int = MAX_LINES, *,
                html_hint: bool = True) -> RenderableType:
     """The terminal report; fits in ``max_lines`` lines at 100 columns or more.
@@ -151,17 +135,12 @@ def renderable(data: ReportData, max_lines: int = MAX_LINES, *,
     parts: list[RenderableType] = []
     budget = max_lines - 2
     if len(data.runs) > 1:
-        if data.scalability:
-            table = scalability_table(data)
-            parts.append(table)
-            budget -= len(data.scalability) + 3
-        else:
+        if "scalability" in data.missing:
             parts.append(Text("scalability: not available: "
                               + literal(data.missing.get("scalability", "")), style="dim"))
             budget -= 1
-        for run in data.runs[:-1]:
-            parts.append(run_summary(run))
-            budget -= 1
+        parts += compare.terminal(data)  # every run named in full, numbers side by side
+        budget -= compare.terminal_lines(data)
     parts += run_lines(data.runs[-1], budget)
     if html_hint:
         parts.append(Text("Full report with plots: add -o report.html", style="dim"))
