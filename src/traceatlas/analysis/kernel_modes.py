@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
     import polars as pl
 
@@ -48,50 +50,15 @@ MIN_EXCESS_PCT = 5.0
 
 def modes(rows: pl.LazyFrame, keys: list[str], busy: pl.LazyFrame) -> pl.LazyFrame:
     """The ``modes`` table (module docstring) of ``rows`` (``*keys, dur_ns``) per group;
-    ``busy``: columns ``rank, busy_ns`` when ``rank`` is a key, else one ``busy_ns``."""
+    ``busy``: columns ``rank, busy_ns`` when ``rank`` is a key, else one ``busy_ns``.
+    Computed eagerly: durations sorted per group (Polars), then numpy prefix sums give
+    every cut's within-group variance at once."""
     import polars as pl
 
-    logd = pl.col("dur_ns").clip(lower_bound=1).cast(pl.Float64).log()
-    base = (
-        rows.select(*keys, "dur_ns")
-        .with_columns(n=pl.len().over(keys))
-        .filter(pl.col("n") >= MIN_SAMPLES)
-        .sort([*keys, "dur_ns"])
-        .with_columns(k=pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over(keys), x=logd)
-        .with_columns(x=pl.col("x") - pl.col("x").mean().over(keys))  # centred: exact sums
-    )
-    k, n = pl.col("k"), pl.col("n")
-    s1, q1 = pl.col("x").cum_sum().over(keys), (pl.col("x") ** 2).cum_sum().over(keys)
-    s, q = pl.col("x").sum().over(keys), (pl.col("x") ** 2).sum().over(keys)
-    least = (n * MODE_MIN_FRACTION).ceil().clip(lower_bound=1)
-    within = (pl.col("q1") - pl.col("s1") ** 2 / k
-              + (pl.col("q") - pl.col("q1")) - (pl.col("s") - pl.col("s1")) ** 2 / (n - k))
-    cuts = (
-        base.with_columns(s1=s1, q1=q1, s=s, q=q)
-        .filter((k >= least) & (n - k >= least))
-        .with_columns(within=within)
-        .group_by(keys).agg(cut=pl.col("k").sort_by("within", "k").first(),
-                            within=pl.col("within").min(), total=pl.col("q").first())
-        .select(*keys, "cut", separation=pl.when(pl.col("total") > 0).then(
-            (1 - pl.col("within") / pl.col("total")).clip(0.0, 1.0)).otherwise(0.0))
-    )
-    slow = pl.col("k") > pl.col("cut")
-    d = pl.col("dur_ns")
-
-    def ns(expr: pl.Expr) -> pl.Expr:
-        return expr.round(0).cast(pl.Int64)
-
-    stats = (
-        base.join(cuts, on=keys).group_by(keys).agg(
-            fast_count=(~slow).sum().cast(pl.Int64), slow_count=slow.sum().cast(pl.Int64),
-            fast_median_ns=ns(d.filter(~slow).median()),
-            slow_median_ns=ns(d.filter(slow).median()),
-            fast_min_ns=d.filter(~slow).min(), fast_max_ns=d.filter(~slow).max(),
-            slow_min_ns=d.filter(slow).min(), slow_max_ns=d.filter(slow).max(),
-            separation=pl.col("separation").first(),
-            excess_ns=ns(d.filter(slow).sum() - slow.sum() * d.filter(~slow).median()),
-        )
-    )
+    groups = (rows.group_by(keys).agg(_d=pl.col("dur_ns").sort(), _n=pl.len())
+              .filter(pl.col("_n") >= MIN_SAMPLES).sort(keys).collect())
+    split = _split(groups["_d"].explode().to_numpy(), groups["_n"].to_numpy())
+    stats = pl.concat([groups.select(keys), pl.DataFrame(split)], how="horizontal").lazy()
     stats = (stats.join(busy, on="rank", how="left") if "rank" in keys
              else stats.join(busy, how="cross"))
     excess_pct = pl.when(pl.col("busy_ns") > 0).then(
@@ -101,8 +68,65 @@ def modes(rows: pl.LazyFrame, keys: list[str], busy: pl.LazyFrame) -> pl.LazyFra
             & (pl.col("excess_pct") >= MIN_EXCESS_PCT)).fill_null(False)
     return (
         stats.with_columns(excess_pct=excess_pct).with_columns(bimodal=flag)
-        .select(*keys, "fast_count", "slow_count", "fast_median_ns", "slow_median_ns",
-                "fast_min_ns", "fast_max_ns", "slow_min_ns", "slow_max_ns", "separation",
-                "excess_ns", "excess_pct", "bimodal")
+        .select(*keys, *COLUMNS, "excess_pct", "bimodal")
         .sort(keys)
     )
+
+
+COLUMNS = ("fast_count", "slow_count", "fast_median_ns", "slow_median_ns", "fast_min_ns",
+           "fast_max_ns", "slow_min_ns", "slow_max_ns", "separation", "excess_ns")
+
+
+def _split(d: np.ndarray, counts: np.ndarray) -> dict[str, np.ndarray]:
+    """Per group (``counts[i]`` consecutive durations of ``d``, sorted within the group,
+    each group >= MIN_SAMPLES): the best cut of the log durations and each side's
+    numbers (``COLUMNS``)."""
+    d, counts = d.astype(np.int64), counts.astype(np.int64)
+    if len(counts) == 0:
+        return {c: np.zeros(0, np.float64 if c == "separation" else np.int64)
+                for c in COLUMNS}
+    n_rows = len(d)
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    g = np.repeat(np.arange(len(counts)), counts)
+    x = np.log(np.maximum(d, 1).astype(np.float64))
+    x -= np.repeat(np.add.reduceat(x, starts) / counts, counts)  # centred: exact sums
+    start_of = np.repeat(starts, counts)
+    k = np.arange(n_rows) - start_of + 1                    # calls at or below the cut
+    n = np.repeat(counts, counts)
+
+    def within_group(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(prefix sum inside the group, group total), per row."""
+        cum = np.cumsum(values)
+        before = np.r_[0.0, cum][start_of]
+        return cum - before, np.repeat(np.add.reduceat(values, starts), counts)
+
+    (s1, s), (q1, q) = within_group(x), within_group(x * x)
+    least = np.maximum(1, np.ceil(n * MODE_MIN_FRACTION))
+    valid = (k >= least) & (n - k >= least)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        within = (q1 - s1 * s1 / k) + ((q - q1) - (s - s1) ** 2 / (n - k))
+    within = np.where(valid, within, np.inf)
+    best = np.minimum.reduceat(within, starts)
+    hit = np.flatnonzero(within == np.repeat(best, counts))
+    first = hit[np.unique(g[hit], return_index=True)[1]]   # smallest cut on a tie
+    cut = k[first]
+    total = q[starts]
+    m = counts - cut
+
+    def median(lo: np.ndarray, size: np.ndarray) -> np.ndarray:
+        mid: np.ndarray = np.rint((d[lo + (size - 1) // 2] + d[lo + size // 2]) / 2)
+        return mid.astype(np.int64)
+
+    fast_mid = (d[starts + (cut - 1) // 2] + d[starts + cut // 2]) / 2  # exact median
+    cum_d = np.r_[0, np.cumsum(d)]
+    slow_sum = cum_d[starts + counts] - cum_d[starts + cut]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        separation = np.where(total > 0, np.clip(1 - best / total, 0.0, 1.0), 0.0)
+    return {
+        "fast_count": cut.astype(np.int64), "slow_count": m.astype(np.int64),
+        "fast_median_ns": median(starts, cut), "slow_median_ns": median(starts + cut, m),
+        "fast_min_ns": d[starts], "fast_max_ns": d[starts + cut - 1],
+        "slow_min_ns": d[starts + cut], "slow_max_ns": d[starts + counts - 1],
+        "separation": separation,
+        "excess_ns": np.rint(slow_sum - m * fast_mid).astype(np.int64),
+    }
