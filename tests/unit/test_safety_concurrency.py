@@ -67,8 +67,7 @@ def test_concurrent_first_uses_share_one_cache_entry(
     assert {r["intervals"] for r in results} == {intervals}
     # One ingest: every process read the very same manifest file (same inode and mtime).
     assert len({(r["path"], r["ino"], r["mtime_ns"]) for r in results}) == 1
-    assert sorted(p.name for p in cache.iterdir()) == sorted(
-        [Path(results[0]["path"]).name, Path(results[0]["path"]).name + ".lock"])
+    assert [p.name for p in cache.iterdir()] == [Path(results[0]["path"]).name]  # no lock
 
 
 def test_concurrent_cli_commands_on_one_raw_trace(

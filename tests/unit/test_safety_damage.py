@@ -229,7 +229,8 @@ def test_a_store_without_part_records_says_write_it_again(tmp_path: Path) -> Non
     manifest = _manifest(store)
     del manifest["parts"]
     (store / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(StoreError, match=r"written by an older traceatlas.*traceatlas ingest"):
+    older = r"written by an older traceatlas \(no part records\); ingest again: traceatlas ingest"
+    with pytest.raises(StoreError, match=older):
         traceatlas.Trace(store)
 
 

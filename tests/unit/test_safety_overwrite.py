@@ -214,3 +214,15 @@ def test_paraver_export_does_not_write_over_a_directory(src: Path, tmp_path: Pat
     assert "out.pcf: is a directory" in result.output
     assert not (tmp_path / "out.prv").exists()  # nothing half-written either
     assert (tmp_path / "out.pcf").is_dir()
+
+
+def test_chrome_export_does_not_write_into_a_directory_unasked(src: Path,
+                                                               tmp_path: Path) -> None:
+    """`export traces/ --to chrome -o traces/` must not overwrite the user's rank files."""
+    d = tmp_path / "traces"
+    d.mkdir()
+    (d / "rank-0.json.gz").write_bytes(b"the user's original")
+    result = runner.invoke(app, ["export", str(src), "--to", "chrome", "-o", str(d)])
+    assert result.exit_code == 2, result.output
+    assert "traces: is a directory; choose another -o" in result.output
+    assert (d / "rank-0.json.gz").read_bytes() == b"the user's original"

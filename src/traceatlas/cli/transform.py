@@ -38,11 +38,14 @@ def export(
                                       "--split-ranks).")],
     split_ranks: Annotated[bool, typer.Option(
         "--split-ranks", help="chrome: one rank-<r>.json.gz per rank in the directory OUT "
-        "(also when OUT is an existing directory)")] = False,
+        "(without it, OUT must not be a directory)")] = False,
     engine: EngineOpt = "local",
 ) -> None:
     """Write a trace in another tool's format: chrome (Perfetto JSON; gzip if OUT ends .gz), paraver."""  # noqa: E501
     exporter = get_exporter(to)
+    if not split_ranks and out.is_dir():  # a file may be overwritten, a directory never
+        raise InputError(out, "is a directory; choose another -o" + (
+            " (or --split-ranks to write one file per rank into it)" if to == "chrome" else ""))
     trace = _open(path, engine)
     if split_ranks:
         from traceatlas.export.chrome import ChromeExporter

@@ -1,12 +1,14 @@
 """A cache of stores for raw trace paths, reused while the sources are unchanged.
 
-Entries are ``<cache root>/<key>.tastore``; each is filled under an exclusive ``flock`` on
-``<key>.tastore.lock`` beside it, so that of two processes opening the same raw trace
-the second waits, then finds the first one's store fresh and reuses it.
+Entries are ``<cache root>/<key>.tastore``; each is checked and filled under an exclusive
+``flock`` on ``<key>.tastore.lock`` beside it (deleted when released), so that of two
+processes opening the same raw trace the second waits, then finds the first one's store
+fresh and reuses it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -43,14 +45,38 @@ def is_cached(store: Path) -> bool:
 
 @contextmanager
 def cache_lock(store: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``<store>.lock`` (waits for another holder)."""
+    """Hold an exclusive ``flock`` on ``<store>.lock`` (waits for another holder).
+
+    The holder deletes the lock file when done, so nothing stays in the cache; a waiter
+    that then gets the lock of a deleted file sees that the path no longer names it and
+    locks the new file instead (the usual lock-file protocol)."""
     store.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(store.parent / (store.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    path = store.parent / (store.name + ".lock")
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held = os.fstat(fd)
+            try:
+                current = os.stat(path)
+            except FileNotFoundError:
+                current = None
+        except BaseException:
+            os.close(fd)
+            raise
+        if current is not None and (current.st_dev, current.st_ino) == (
+            held.st_dev, held.st_ino
+        ):
+            break
+        os.close(fd)  # locked a file that its holder deleted meanwhile: try again
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)  # closing releases the lock; the empty lock file stays for the next user
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        finally:
+            os.close(fd)  # closing releases the lock
 
 
 def remove_entry(store: Path) -> None:

@@ -208,7 +208,8 @@ def verify_store(store: Path, manifest: dict[str, Any]) -> None:
     damage = find_damage(store, manifest)
     if damage is None:
         return
-    again = "write it again" if damage.older else "rebuild it"
+    filtered = bool(manifest.get("filtered_from"))
+    again = ("filter again" if filtered else "ingest again") if damage.older else "rebuild it"
     raise StoreDamagedError(
         f"{store}: {damage}; {again}: {rebuild_command(store, manifest)}",
         part=damage.part, problem=damage.problem,
