@@ -149,7 +149,7 @@ def test_filter_records_the_parts_it_wrote(tmp_path: Path) -> None:
 # -- a damaged user store: exit 2, the part and the command named -------------------------
 
 
-@pytest.mark.parametrize("damage", sorted(DAMAGES))
+@pytest.mark.parametrize("damage", ["missing", "truncated", "other schema"])
 def test_a_damaged_user_store_is_refused_with_the_rebuild_command(
     tmp_path: Path, damage: str
 ) -> None:
@@ -167,8 +167,27 @@ def test_a_damaged_user_store_is_refused_with_the_rebuild_command(
     command = line.split("rebuild it: ", 1)[1]
     words = shlex.split(command)  # the command is shell-quoted: "my src" stays one word
     assert words[:2] == ["traceatlas", "ingest"] and words[-2:] == ["-o", str(store)]
-    shutil.rmtree(store)  # the user moves the damaged store away, then pastes the command
-    assert runner.invoke(app, words[1:]).exit_code == 0
+    rebuilt = runner.invoke(app, words[1:])  # pasted as is: -o replaces the damaged store
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert _count(traceatlas.Trace(store)) == TOTAL
+
+
+@pytest.mark.parametrize("damage", ["extra part", "extra rank"])
+def test_a_file_added_to_a_user_store_is_named_and_never_deleted(
+    tmp_path: Path, damage: str
+) -> None:
+    do, part, problem = DAMAGES[damage]
+    store = traceatlas.ingest(_write(tmp_path / "src"), tmp_path / "st")
+    do(store)
+    result = runner.invoke(app, ["info", str(store)])
+    assert result.exit_code == 2, result.output
+    line = " ".join(result.output.split())
+    assert part in line and problem in line and "move it out of the store" in line
+    # Rebuilding over it is refused too: the added file is not traceatlas's to delete.
+    again = runner.invoke(app, ["ingest", str(tmp_path / "src" / "run.prv"), "-o",
+                                str(store)])
+    assert again.exit_code == 2 and part in again.output
+    (store / part).rename(tmp_path / "moved.parquet")  # the repair the message gives
     assert _count(traceatlas.Trace(store)) == TOTAL
 
 

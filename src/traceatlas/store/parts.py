@@ -40,6 +40,8 @@ class Damage:
     part: str | None
     problem: str
     older: bool = False
+    added: bool = False
+    """The part is a file the store did not write: moving it out repairs the store."""
 
     def __str__(self) -> str:
         return f"part {self.part} {self.problem}" if self.part else self.problem
@@ -93,7 +95,8 @@ def find_damage(store: Path, manifest: dict[str, Any], *, deep: bool = False) ->
     listed = {rec["path"] for rec in records}
     extra = sorted(f for f in _files(store) - listed - {MANIFEST} if _is_data(f))
     if extra:
-        return Damage(extra[0], "is not listed in the manifest (a file added to the store?)")
+        return Damage(extra[0], "is not listed in the manifest (a file added to the store?)",
+                      added=True)
     return None
 
 
@@ -203,14 +206,18 @@ def _unique(items: Iterable[str]) -> list[str]:
 
 
 def verify_store(store: Path, manifest: dict[str, Any]) -> None:
-    """Raise :class:`StoreDamagedError` (naming the part and the command that rebuilds the
-    store) when :func:`find_damage` finds a problem."""
+    """Raise :class:`StoreDamagedError` when :func:`find_damage` finds a problem: it names
+    the part and the repair (move an added file out, else the command that rebuilds the
+    store)."""
     damage = find_damage(store, manifest)
     if damage is None:
         return
-    filtered = bool(manifest.get("filtered_from"))
-    again = ("filter again" if filtered else "ingest again") if damage.older else "rebuild it"
-    raise StoreDamagedError(
-        f"{store}: {damage}; {again}: {rebuild_command(store, manifest)}",
-        part=damage.part, problem=damage.problem,
-    )
+    if damage.added:
+        repair = "move it out of the store"
+    else:
+        filtered = bool(manifest.get("filtered_from"))
+        again = ("filter again" if filtered else "ingest again") if damage.older else (
+            "rebuild it")
+        repair = f"{again}: {rebuild_command(store, manifest)}"
+    raise StoreDamagedError(f"{store}: {damage}; {repair}", part=damage.part,
+                            problem=damage.problem)
