@@ -6,19 +6,23 @@ names), MTIA, fractional-microsecond timestamps, ``baseTimeNanoseconds``, and ro
 files whose events carry no ``cat`` and write numbers as strings.
 
 How: msgspec scans the top level once (validating the JSON and keeping every metadata
-key), then DuckDB's parallel JSON reader parses ``traceEvents`` into Arrow columns, with
-``args`` kept whole as JSON text. Everything after that is vectorised (DuckDB SQL,
-pyarrow compute, numpy); see ``kineto_tables.py``.
+key) and slices each event's ``args`` text out as written, then DuckDB's parallel JSON
+reader parses ``traceEvents`` into Arrow columns, times exact to the ns
+(``kineto_events.py``). Everything after that is vectorised (DuckDB SQL, pyarrow compute,
+numpy); see ``kineto_tables.py``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import sys
 import tempfile
 import warnings
-from typing import Any, BinaryIO
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, BinaryIO, NoReturn
 
 import duckdb
 import msgspec
@@ -26,10 +30,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceatlas.errors import CorruptTraceError, RankInferredWarning, UnsupportedFormatError
-from traceatlas.io import kineto_tables
+from traceatlas.io import kineto_events, kineto_tables
+from traceatlas.io.quality import DATA_QUALITY_KEY, Note, notes_json
 from traceatlas.io.reading import RankData
 from traceatlas.io.sources import Source
-from traceatlas.model.sqltext import file_list
 from traceatlas.tempfiles import staging_prefix
 
 _RANK_IN_NAME = re.compile(r"^(?:rank|worker)[-_]?(\d+)(?!\d)", re.IGNORECASE)
@@ -37,44 +41,6 @@ _RANK_IN_NAME = re.compile(r"^(?:rank|worker)[-_]?(\d+)(?!\d)", re.IGNORECASE)
 
 _BOM = b"\xef\xbb\xbf"
 _BOM_AND_SPACE = _BOM + b" \t\r\n"
-
-_ARG_STRUCT = json.dumps(
-    {
-        "correlation": "BIGINT",
-        "External id": "BIGINT",
-        "device": "BIGINT",
-        "stream": "BIGINT",
-        "bytes": "BIGINT",
-        "Collective name": "VARCHAR",
-        "Process Group Name": "VARCHAR",
-        "Process Group Ranks": "VARCHAR",
-        "In msg nelems": "BIGINT",
-        "Out msg nelems": "BIGINT",
-        "dtype": "VARCHAR",
-        "grid": "INTEGER[]",
-        "block": "INTEGER[]",
-        "name": "VARCHAR",
-        "labels": "VARCHAR",
-    }
-)
-
-_EVENTS_SQL = """
-SELECT
-  ph, cat, name, coalesce(pid, '') AS pid, coalesce(tid, '') AS tid, id, s AS scope,
-  CASE WHEN ts IS NULL THEN NULL
-       ELSE CAST(floor(ts) AS BIGINT) * 1000 + CAST(round((ts - floor(ts)) * 1000) AS BIGINT)
-            + {base_ns}
-  END AS ts_ns,
-  CAST(round(dur * 1000) AS BIGINT) AS dur_ns,
-  CAST(args AS VARCHAR) AS args,
-  CASE WHEN ph IN ('X', 'M') THEN json_transform(args, '{arg_struct}') END AS a
-FROM read_json(
-  {path}, format = 'array', maximum_object_size = 16777216,
-  columns = {{ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR',
-             tid: 'VARCHAR', id: 'VARCHAR', s: 'VARCHAR', ts: 'DOUBLE', dur: 'DOUBLE',
-             args: 'JSON'}}
-)
-"""
 
 class KinetoReader:
     """Reader for Kineto / Chrome-trace JSON (``.json``, ``.json.gz``)."""
@@ -95,13 +61,22 @@ class KinetoReader:
         try:
             con = duckdb.connect(":memory:", config={"threads": max(1, threads)})
             with os.fdopen(fd, "wb") as events_file:
-                meta, rebase_us = _split_top_level(source, events_file)
-            base_ns = _base_time_ns(meta) + rebase_us * 1000
+                meta, args = _split_top_level(source, events_file)
+            base_ns = _base_time_ns(meta, source.display)
+            notes: list[Note] = []
             # No local references to the parsed tables: build_tables can free columns.
             tables = kineto_tables.build_tables(
-                con, *_load_events(con, events_path, base_ns), source.display
+                con,
+                *kineto_events.load_events(con, events_path, base_ns, args, source.display,
+                                           notes),
+                source.display,
             )
             chrome_meta = kineto_tables.metadata_events(con)
+        except RecursionError as exc:
+            raise CorruptTraceError(
+                source.display, "JSON nested too deeply to read (over about "
+                f"{sys.getrecursionlimit()} levels)"
+            ) from exc
         except duckdb.Error as exc:
             detail = " ".join(str(exc).replace(events_path, "<events>").split())
             raise CorruptTraceError(
@@ -113,7 +88,7 @@ class KinetoReader:
             if os.path.exists(events_path):
                 os.unlink(events_path)
         rank, rank_source = _rank_of(meta, source)
-        tables["metadata"] = _metadata_table(meta, source, chrome_meta)
+        tables["metadata"] = _metadata_table(meta, source, chrome_meta, notes)
         dist = meta.get("distributedInfo")
         world = dist.get("world_size") if isinstance(dist, dict) else None
         host = meta.get("host_name")
@@ -134,10 +109,11 @@ class KinetoReader:
         )]
 
 
-def _split_top_level(source: Source, events_file: BinaryIO) -> tuple[dict[str, Any], int]:
+def _split_top_level(
+    source: Source, events_file: BinaryIO
+) -> tuple[dict[str, Any], kineto_events.ArgsText]:
     """Validate the JSON, write the raw ``traceEvents`` array to ``events_file`` and
-    return the decoded top-level metadata and the rebase (us) subtracted from absolute
-    fractional timestamps (see ``_write_events``)."""
+    return the decoded top-level metadata and every event's ``args`` text as written."""
     data = source.read_bytes()
     if data.startswith(_BOM):
         data = data[len(_BOM):]
@@ -153,8 +129,22 @@ def _split_top_level(source: Source, events_file: BinaryIO) -> tuple[dict[str, A
                     "not a Chrome trace"
                 )
             del items
-            return {}, _write_events(data, events_file)
+            return {}, _write_events(data, events_file, source.display)
         top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
+        del data, stripped
+        if "traceEvents" not in top:
+            _no_events(source, top)
+        events = top.pop("traceEvents")
+        first = bytes(memoryview(events)[:1])
+        if first != b"[":
+            kind = {b"{": "an object", b'"': "a string", b"n": "null"}.get(
+                first, "a number or boolean")
+            raise UnsupportedFormatError(
+                source.display, f"'traceEvents' is {kind}, not a list of events"
+            )
+        args = _write_events(events, events_file, source.display)
+        del events
+        meta = {key: msgspec.json.decode(raw) for key, raw in top.items()}
     except msgspec.ValidationError as exc:
         raise UnsupportedFormatError(
             source.display, f"JSON is not a Chrome trace object ({exc})"
@@ -162,91 +152,69 @@ def _split_top_level(source: Source, events_file: BinaryIO) -> tuple[dict[str, A
     except msgspec.DecodeError as exc:
         what = "truncated JSON" if "truncated" in str(exc).lower() else "invalid JSON"
         raise CorruptTraceError(source.display, f"{what} ({exc})") from exc
-    del data, stripped
-    if "traceEvents" not in top:
-        hint = ""
-        if "nodes" in top:
-            hint = "; it looks like a PyTorch execution trace (Chakra ET), not a profiler trace"
-        keys = ", ".join(sorted(top)[:8])
-        raise UnsupportedFormatError(
-            source.display, f"JSON object without 'traceEvents' (keys: {keys}){hint}"
-        )
-    events = top.pop("traceEvents")
-    rebase_us = _write_events(events, events_file)
-    del events
-    meta = {key: msgspec.json.decode(raw) for key, raw in top.items()}
-    return meta, rebase_us
+    except UnicodeDecodeError as exc:
+        raise CorruptTraceError(source.display, f"text is not UTF-8 ({exc.reason})") from exc
+    return meta, args
 
 
-_ABSOLUTE_FRACTIONAL_TS = re.compile(rb'"ts"\s*:\s*"?-?\d{16,}\.\d')
-_TS_VALUE = re.compile(rb'("ts"\s*:\s*"?)(-?\d+)')
-_REBASE_UNIT_US = 10**9
-
-
-def _write_events(events: Any, events_file: BinaryIO) -> int:
-    """Write the events text; return the rebase in us applied to its timestamps.
-
-    DuckDB reads numbers as doubles, which cannot hold absolute unix microseconds with a
-    fraction (16 integer digits + 3) to the ns. When the text has such timestamps, the
-    integer part of every ``"ts"`` is rebased in the text itself (exact integer
-    arithmetic on the digits, fraction untouched) and the rebase is added back in ns.
-    """
-    sample = bytes(memoryview(events)[: 1 << 20])
-    match = _ABSOLUTE_FRACTIONAL_TS.search(sample)
-    if match is None:
-        events_file.write(events)
-        return 0
-    first = int(re.search(rb"-?\d{16,}", match.group(0)).group(0))  # type: ignore[union-attr]
-    rebase_us = first // _REBASE_UNIT_US * _REBASE_UNIT_US
-    events_file.write(_TS_VALUE.sub(
-        lambda m: m.group(1) + str(int(m.group(2)) - rebase_us).encode(), bytes(events)
-    ))
-    return rebase_us
-
-
-def _load_events(
-    con: duckdb.DuckDBPyConnection, path: str, base_ns: int
-) -> tuple[pa.Table, pa.Table]:
-    """Parse the ``traceEvents`` array (an empty one too); return (complete events, all
-    other events).
-
-    The parse result is streamed in record batches and split as it arrives, so the full
-    event table never exists alongside its complete-event copy.
-    """
-    sql = _EVENTS_SQL.format(
-        path=file_list([path]), arg_struct=_ARG_STRUCT, base_ns=int(base_ns)  # never a glob
+def _no_events(source: Source, top: dict[str, msgspec.Raw]) -> NoReturn:
+    hint = ""
+    if "nodes" in top:
+        hint = "; it looks like a PyTorch execution trace (Chakra ET), not a profiler trace"
+    keys = ", ".join(sorted(top)[:8])
+    raise UnsupportedFormatError(
+        source.display, f"JSON object without 'traceEvents' (keys: {keys}){hint}"
     )
-    complete: list[pa.RecordBatch] = []
-    rest: list[pa.RecordBatch] = []
-    reader = con.sql(sql).to_arrow_reader(1 << 16)
-    schema = reader.schema
-    for batch in reader:
-        is_complete = pc.fill_null(
-            pc.and_(pc.equal(batch["ph"], "X"),
-                    pc.and_(pc.is_valid(batch["ts_ns"]), pc.is_valid(batch["dur_ns"]))),
-            False,
-        )
-        complete.append(batch.filter(is_complete))
-        rest.append(batch.filter(pc.invert(is_complete)))
-    return (
-        pa.Table.from_batches(complete, schema=schema),
-        pa.Table.from_batches(rest, schema=schema),
-    )
+
+
+def _write_events(
+    events: Any, events_file: BinaryIO, display: str
+) -> kineto_events.ArgsText:
+    """Write the events text unchanged; return each event's raw ``args`` text.
+
+    The write (no GIL held) runs in a thread while msgspec slices out the ``args``."""
+    with ThreadPoolExecutor(1) as pool:
+        written = pool.submit(events_file.write, events)
+        args = kineto_events.raw_args(events, display)
+        written.result()
+    return args
 
 
 def _whole_number(value: Any) -> int | None:
-    """A non-negative int from an int (not a bool), a float or a digit string; else None."""
+    """A non-negative int from an int (not a bool), a finite float or an ASCII digit
+    string; else None."""
     if isinstance(value, bool):
         return None
     if isinstance(value, str):
-        return int(value) if value.strip().isdigit() else None
-    if isinstance(value, int | float) and value >= 0:
+        text = value.strip()
+        return int(text) if text.isascii() and text.isdigit() else None
+    if isinstance(value, int) and value >= 0:
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value >= 0:
         return int(value)
     return None
 
 
-def _base_time_ns(meta: dict[str, Any]) -> int:
-    return _whole_number(meta.get("baseTimeNanoseconds")) or 0
+_BASE_TIME_KEY = "baseTimeNanoseconds"
+
+
+def _base_time_ns(meta: dict[str, Any], display: str | None = None) -> int:
+    """``baseTimeNanoseconds`` (0 when absent or null). With ``display``, a value that
+    is not a whole number of ns in [0, 2**63) is an error naming the file."""
+    value = meta.get(_BASE_TIME_KEY)
+    if value is None:
+        return 0
+    number = _whole_number(value)
+    if isinstance(value, float) and not value.is_integer():
+        number = None
+    if number is None or number >= 2**63:
+        if display is None:
+            return 0
+        raise CorruptTraceError(
+            display, f"{_BASE_TIME_KEY} {str(value)[:40]!s} is not a whole number of ns "
+            "between 0 and 2**63 - 1"
+        )
+    return number
 
 
 def _rank_of(meta: dict[str, Any], source: Source) -> tuple[int | None, str | None]:
@@ -280,8 +248,14 @@ def _clock_of(meta: dict[str, Any], tables: dict[str, pa.Table]) -> dict[str, ob
             "offset_ns": 0}
 
 
-def _metadata_table(meta: dict[str, Any], source: Source, chrome_meta: str) -> pa.Table:
-    """Top-level keys as JSON, plus every Chrome ``M`` event (names, labels, sort indices)."""
+def _metadata_table(
+    meta: dict[str, Any], source: Source, chrome_meta: str, notes: list[Note]
+) -> pa.Table:
+    """Top-level keys as JSON, every Chrome ``M`` event (names, labels, sort indices) and
+    the data-quality notes (what was dropped)."""
     keys = ["source_file", *meta.keys(), "chrome_metadata_events"]
     values = [json.dumps(source.display), *(json.dumps(v) for v in meta.values()), chrome_meta]
+    if notes:
+        keys.append(DATA_QUALITY_KEY)
+        values.append(json.dumps(notes_json(notes)))
     return pa.table({"key": pa.array(keys, pa.string()), "value": pa.array(values, pa.string())})

@@ -52,6 +52,10 @@ def get_reader(name: str) -> Reader:
 def detect(source: Source) -> Reader:
     """The first registered reader that recognises the file; a clear error otherwise."""
     head = source.head()
+    if not head.strip():
+        raise UnsupportedFormatError(
+            source.display, "empty file" if not head else "file holds only whitespace"
+        )
     for name in READERS:
         reader = get_reader(name)
         if reader.sniff(head, source):

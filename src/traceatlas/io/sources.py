@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import lzma
 import os
 import tarfile
 import zlib
@@ -29,6 +30,10 @@ ARCHIVE_SUFFIXES: tuple[str, ...] = (
 
 _FINGERPRINT_BYTES = 1 << 16
 
+_READ_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError, tarfile.TarError)
+"""What reading a damaged file, archive or compressed stream raises (a truncated
+``.tar.gz`` raises EOFError from inside tarfile)."""
+
 
 @dataclass(frozen=True)
 class Source:
@@ -52,12 +57,12 @@ class Source:
         try:
             with self._open() as fh:
                 raw = fh.read()
-        except (OSError, tarfile.TarError) as exc:
-            raise CorruptTraceError(self.display, f"cannot read file ({exc})") from exc
+        except _READ_ERRORS as exc:
+            raise CorruptTraceError(self.display, f"cannot read file ({_reason(exc)})") from exc
         if raw[:2] == b"\x1f\x8b":
             try:
                 return gzip.decompress(raw)
-            except (OSError, EOFError, zlib.error) as exc:
+            except _READ_ERRORS as exc:
                 raise CorruptTraceError(
                     self.display, f"truncated or corrupt gzip data ({exc})"
                 ) from exc
@@ -68,14 +73,14 @@ class Source:
         try:
             with self._open() as raw:
                 start = raw.read(size)
-        except (OSError, tarfile.TarError) as exc:
-            raise CorruptTraceError(self.display, f"cannot read file ({exc})") from exc
+        except _READ_ERRORS as exc:
+            raise CorruptTraceError(self.display, f"cannot read file ({_reason(exc)})") from exc
         if start[:2] != b"\x1f\x8b":
             return start
         try:
             with self._open() as raw, gzip.open(raw) as unzipped:
                 return unzipped.read(size)
-        except (OSError, EOFError, zlib.error) as exc:
+        except _READ_ERRORS as exc:
             raise CorruptTraceError(
                 self.display, f"truncated or corrupt gzip data ({exc})"
             ) from exc
@@ -149,12 +154,19 @@ def _is_archive(path: str) -> bool:
     return path.endswith(ARCHIVE_SUFFIXES)
 
 
+def _reason(exc: BaseException) -> str:
+    """The error's text, or its class name when it has none."""
+    return str(exc) or type(exc).__name__
+
+
 def _archive_members(path: str) -> list[Source]:
     try:
         with tarfile.open(path) as tar:
             names = sorted(m.name for m in tar.getmembers() if m.isfile())
-    except (OSError, tarfile.TarError) as exc:
-        raise CorruptTraceError(path, f"cannot read tar archive ({exc})") from exc
+    except _READ_ERRORS as exc:
+        raise CorruptTraceError(
+            path, f"cannot read tar archive, truncated or corrupt ({_reason(exc)})"
+        ) from exc
     members = [Source(path, n) for n in names if _is_trace_name(n)]
     if not members:
         raise InputNotFoundError(path, "archive holds no trace files (*.json, *.json.gz)")
@@ -162,7 +174,10 @@ def _archive_members(path: str) -> list[Source]:
 
 
 def _directory_files(path: str) -> list[Source]:
-    names = sorted(os.listdir(path))
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as exc:
+        raise CorruptTraceError(path, f"cannot list directory ({exc.strerror or exc})") from exc
     files = [os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))]
     found = [Source(f) for f in files if f.endswith(FILE_SUFFIXES)]
     for archive in (f for f in files if _is_archive(f)):
