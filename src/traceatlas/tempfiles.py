@@ -61,6 +61,21 @@ def sibling(target: Path, kind: str) -> Path:
     return target.parent / f".{target.name}.{kind}-{owner_tag()}-{uuid.uuid4().hex[:8]}"
 
 
+def replaceable_file(out: Path, *, hint: str = "choose another -o") -> Path:
+    """The file an atomic write to ``out`` may replace (symlinks followed, so a link is
+    never swapped for a copy). A directory, device, FIFO or socket is refused: renaming a
+    temporary file onto ``/dev/full`` would replace the device node itself."""
+    from traceatlas.errors import InputError
+
+    target = Path(os.path.realpath(out))
+    if target.is_dir():
+        raise InputError(out, f"is a directory; {hint}")
+    if target.exists() and not target.is_file():
+        raise InputError(out, "is not a regular file (a device, FIFO or socket); -o names a "
+                         "file that traceatlas replaces")
+    return target
+
+
 def pid_alive(pid: int) -> bool:
     """True when a process ``pid`` exists on this host (also when owned by another user)."""
     if pid <= 0:

@@ -125,9 +125,10 @@ class ChromeExporter:
                           stacklevel=2)
         if split:
             return _write_split(trace, out, base)
-        if out.is_dir():
-            raise InputError(out, "is a directory; use --split-ranks to write one file per rank")
-        return [_write_atomic(trace, out, trace.ranks, base)]
+        target = tempfiles.replaceable_file(
+            out, hint="use --split-ranks to write one file per rank")
+        _write_atomic(trace, target, trace.ranks, base)
+        return [out]
 
 
 # -- files -------------------------------------------------------------------------------

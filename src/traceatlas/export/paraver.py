@@ -53,7 +53,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceatlas import tempfiles
-from traceatlas.errors import DataQualityWarning, InputError
+from traceatlas.errors import DataQualityWarning
 from traceatlas.export.paraver_codes import (
     CUDA_TYPE_LABELS,
     CUDA_TYPES,
@@ -96,11 +96,10 @@ class ParaverExporter:
         out = Path(out)
         stem = out.with_name(out.name[: -len(".prv")]) if out.name.endswith(".prv") else out
         targets = [stem.with_name(stem.name + ext) for ext in (".prv", ".pcf", ".row")]
-        for target in targets:  # a file may be overwritten, a directory never
-            if target.is_dir():
-                raise InputError(target, "is a directory; choose another -o")
+        # a regular file may be overwritten; a directory, a device or a FIFO never
+        real = [tempfiles.replaceable_file(target) for target in targets]
         texts = _Build(trace).texts()
-        with _atomic(targets) as temps:
+        with _atomic(real) as temps:
             for tmp, text in zip(temps, texts, strict=True):
                 tmp.write_text(text, encoding="utf-8")
         return targets
