@@ -245,3 +245,25 @@ def test_unrelated_note_is_not_quoted(tmp_path: Path) -> None:
     assert result.exit_code == 2
     (line,) = [ln for ln in result.stderr.splitlines() if ln.startswith("error")]
     assert "no device activity (kernels, memcpy or memset). Analyses" in line
+
+
+def test_counts_add_up_over_parallel_pieces(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read in rowid pieces of 2 rows on 3 connections: the drops of every piece count."""
+    from traceatlas.io import nsys_load
+
+    monkeypatch.setattr(nsys_load, "_MIN_PIECE_ROWS", 2)
+    kernels = [Kernel(S + 1_000 * i, S + 1_000 * i + 500, f"k{i}", correlation=i)
+               for i in range(1, 10)]
+    path = write_export(tmp_path / "many.sqlite", kernels)
+    _sql(path, f"UPDATE {KERNEL_TABLE} SET start = 'x' WHERE correlationId IN (1, 5)",
+         f"UPDATE {KERNEL_TABLE} SET streamId = x'01' WHERE correlationId = 9",
+         f'UPDATE {KERNEL_TABLE} SET "end" = start - 7 WHERE correlationId = 4')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (rank,) = NsysReader().read(Source(str(path)), threads=3)
+    messages = [str(w.message) for w in caught]
+    assert sorted(r["name"] for r in rank.tables["intervals"].to_pylist()) == [
+        "k2", "k3", "k6", "k7", "k8"]
+    assert any("has 3 row(s) with text" in m and "start 2, streamId 1" in m for m in messages)
+    assert any("has 1 row(s) ending before they start" in m for m in messages)

@@ -85,11 +85,27 @@ class Lookup:
     rows: list[tuple[Any, ...]]
 
     def create(self, db: Db) -> None:
-        """Create and fill the table on ``db``."""
+        """Create and fill the table on ``db`` (rows of a damaged file made bindable:
+        keys that are not integers left out, blobs as hex, a column mixing numbers
+        and text as text)."""
         db.execute(f"CREATE TEMP TABLE {self.name} "
                    f"({self.columns[0]} INTEGER, {', '.join(self.columns[1:])})")
         db.execute(f"INSERT INTO temp.{self.name} VALUES "
-                   f"({', '.join('?' * len(self.columns))})", self.rows)
+                   f"({', '.join('?' * len(self.columns))})", _bindable(self.rows))
+
+
+def _bindable(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """``rows`` with an int (or bool) key, no bytes, and one Python type per column."""
+    out = [tuple(v.hex() if isinstance(v, bytes) else v for v in r) for r in rows
+           if isinstance(r[0], int)]
+    if not out:
+        return out
+    columns = list(zip(*out, strict=True))
+    for i, col in enumerate(columns):
+        kinds = {type(v) for v in col if v is not None}
+        if len(kinds) > 1:
+            columns[i] = tuple(None if v is None else str(v) for v in col)
+    return list(zip(*columns, strict=True))
 
 
 @dataclass(frozen=True)
@@ -388,8 +404,10 @@ def _context_devices(cat: Catalog) -> str | None:
     """SQL creating ``ta_ctx``: (process, contextId) -> device, from kernel/memcpy/memset
     rows. The real exports write SYNCHRONIZATION.deviceId = 0 for every row (the default
     value), also for the process whose context and streams are on device 1."""
+    integers = " AND ".join(f"typeof({c}) = 'integer'"
+                            for c in ("globalPid", "contextId", "deviceId"))
     parts = [f"SELECT globalPid >> 24 AS proc, contextId AS ctx, deviceId AS device FROM "
-             f"{spec.name}" for spec in (ns.KERNEL, ns.MEMCPY, ns.MEMSET)
+             f"{spec.name} WHERE {integers}" for spec in (ns.KERNEL, ns.MEMCPY, ns.MEMSET)
              if cat.has(spec.name)
              and {"globalPid", "contextId", "deviceId"} <= set(cat.columns(spec.name))]
     if not parts:
@@ -427,9 +445,10 @@ def _runtime_reads(cat: Catalog) -> list[Read]:
     if runtime.has("nameId"):
         for name_id, value in cat.con.execute(
             "SELECT DISTINCT a.nameId, s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME AS a "
-            "LEFT JOIN StringIds AS s ON s.id = a.nameId"
+            "LEFT JOIN StringIds AS s ON s.id = a.nameId WHERE typeof(a.nameId) = 'integer'"
         ):
-            text = str(value) if value is not None else ""
+            text = "" if value is None else value.decode("utf-8", "replace") \
+                if isinstance(value, bytes) else str(value)
             rows.append((name_id, _API_VERSION.sub("", text), int(bool(_DRIVER_API.match(text)))))
     join = "LEFT JOIN temp.ta_api AS f ON f.id = " + runtime.col("nameId")
     category = (f"CASE WHEN {runtime.col('eventClass')} = {_DRIVER_EVENT_CLASS} "
@@ -456,7 +475,8 @@ def _nvtx_reads(cat: Catalog, loaded: Loaded, *, mpi_as_nvtx: bool) -> list[Read
         rows = cat.con.execute(
             "SELECT a.globalTid >> 24 AS proc, a.domainId, "
             f"min({text}) AS name FROM NVTX_EVENTS AS a "
-            f"WHERE a.eventType = {codes['NvtxDomainCreate']} GROUP BY 1, 2 ORDER BY 1, 2"
+            f"WHERE a.eventType = {codes['NvtxDomainCreate']} AND typeof(a.domainId) = "
+            "'integer' GROUP BY 1, 2 ORDER BY 1, 2"
         ).fetchall()
         loaded.domains = [{"process": p, "domainId": d, "name": n} for p, d, n in rows]
         if any(n is not None for _p, _d, n in rows):  # else the domain is always NULL

@@ -12,6 +12,8 @@ epoch) when the archive has one.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -48,6 +50,8 @@ _DEVICE_STREAM_IN_NAME = re.compile(r"\[(\d+):(\d+)\]")
 """Score-P accelerator location names: ``CUDA[device:stream]``, ``HIP[device:stream]``."""
 
 _OTF2_ERROR_LINE = re.compile(r"\[OTF2\][^:]*:\d+: error: (.*)")
+_PYTHON_CALLBACK = "An unhandled python exception has occurred"
+"""What the otf2 wheel writes to sys.stderr when one of its reader callbacks raises."""
 
 
 @dataclass
@@ -90,9 +94,21 @@ class Otf2Reader:
                     reader.close()
         except (_otf2.Error, otf2.error.Error) as exc:
             raise CorruptTraceError(source.display, _problem(exc, captured)) from exc
+        errors = [m.group(1) for m in map(_OTF2_ERROR_LINE.search, captured) if m]
+        if any(_PYTHON_CALLBACK in line for line in captured):
+            errors.append(next(ln.strip() for ln in reversed(captured) if ln.strip()))
+        if errors:  # the library skipped what it could not read: the archive is damaged
+            raise CorruptTraceError(source.display, "the OTF2 library could not read part of "
+                                    f"the archive (a damaged definitions or event file): "
+                                    f"{errors[0]}")
         messages = [line for line in captured if line.strip()]
         if messages:
             _warn(f"{source.display}: the OTF2 library reported: " + " | ".join(messages[:3]))
+        _check_counts(source.display, anchor, defs, collector.location_counts,
+                      collector.backwards)
+        if defs.clock_properties.timer_resolution <= 0:
+            raise CorruptTraceError(source.display, "the archive's timer resolution is "
+                                    f"{defs.clock_properties.timer_resolution} ticks/s")
         for text in layout.warnings:
             _warn(f"{source.display}: {text}")
         clock_props = defs.clock_properties
@@ -168,12 +184,37 @@ def _check_event_files(display: str, anchor: str, defs: Any) -> None:
         )
 
 
+def _check_counts(display: str, anchor: str, defs: Any, read: dict[int, int],
+                  backwards: dict[int, int]) -> None:
+    """Every location has as many events as its definition declares, in time order.
+
+    A truncated event file can read without an error from the library: shorter, or
+    (seen with the otf2 3.x wheel) with the missing events taken from another
+    location's buffer, which then go back in time.
+    """
+    folder = os.path.basename(anchor[: -len(".otf2")])
+    for loc in defs.locations:
+        declared, got = int(loc.number_of_events), read.get(loc._ref, 0)
+        where = f"event file {folder}/{loc._ref}.evt of location {loc.name!r}"
+        if got != declared:
+            raise CorruptTraceError(
+                display, f"{where} holds {got} of the {declared} events the definitions "
+                "declare (truncated or damaged)")
+        if backwards.get(loc._ref):
+            raise CorruptTraceError(
+                display, f"{where} has {backwards[loc._ref]} event(s) earlier than the event "
+                "before them (truncated or damaged)")
+
+
 @contextmanager
 def _c_stderr(lines: list[str]) -> Iterator[None]:
-    """Capture what the OTF2 C library writes to file descriptor 2 into ``lines``."""
+    """Capture what the OTF2 C library writes to file descriptor 2, and what the otf2
+    wheel's callbacks write to ``sys.stderr`` (a Python traceback when a damaged record
+    breaks a callback), into ``lines``."""
     sys.stderr.flush()
     saved = os.dup(2)
-    with tempfile.TemporaryFile() as tmp:
+    python = io.StringIO()
+    with tempfile.TemporaryFile() as tmp, contextlib.redirect_stderr(python):
         os.dup2(tmp.fileno(), 2)
         try:
             yield
@@ -182,11 +223,16 @@ def _c_stderr(lines: list[str]) -> Iterator[None]:
             os.close(saved)
             tmp.seek(0)
             lines.extend(tmp.read().decode(errors="replace").splitlines())
+            lines.extend(python.getvalue().splitlines())
 
 
 def _problem(exc: BaseException, captured: list[str]) -> str:
-    """One line: the OTF2 library's first error message and the exception."""
+    """One line: the OTF2 library's first error message (or the last line of a Python
+    traceback from the wheel's callbacks) and the exception."""
     details = [m.group(1) for m in map(_OTF2_ERROR_LINE.search, captured) if m]
+    if not details and any(_PYTHON_CALLBACK in line for line in captured):
+        last = next((ln.strip() for ln in reversed(captured) if ln.strip()), "")
+        details = [f"a damaged record ({last})"]
     first = f"{details[0]} " if details else ""
     return f"the OTF2 library could not read the archive: {first}({exc})"
 

@@ -52,8 +52,12 @@ _BASE = {"DECIMAL": 10, "BINARY": 2}
 
 
 def enum_name(value: Any) -> str:
-    """``Paradigm.MPI`` -> ``MPI`` (the otf2 enums are ctypes values)."""
-    return str(value).rsplit(".", 1)[-1]
+    """``Paradigm.MPI`` -> ``MPI`` (the otf2 enums are ctypes values); a value the enum
+    does not know (a damaged file) -> ``UNKNOWN_<value>``."""
+    try:
+        return str(value).rsplit(".", 1)[-1]
+    except (KeyError, IndexError, ValueError):
+        return f"UNKNOWN_{getattr(value, 'value', value)}"
 
 
 @dataclass
@@ -145,6 +149,8 @@ class Collector:
             [], [], [], [], [])
         self._pids: dict[int, int] = {}
         self._problems: Counter[str] = Counter()
+        self.backwards: Counter[int] = Counter()
+        """location ref -> events earlier than the one before them (a damaged file)."""
 
     # -- the pass ---------------------------------------------------------------------
 
@@ -152,6 +158,8 @@ class Collector:
         """Handle one event of ``location`` (events must come in time order)."""
         ref = location._ref
         t = event.time - self._offset
+        if t < self._last.get(ref, t):
+            self.backwards[ref] += 1  # a location's events never go back in time
         self._last[ref] = t
         kind = type(event)
         self._types[(ref, kind.__name__)] += 1
@@ -367,6 +375,14 @@ class Collector:
         i_args.append(json.dumps(args, default=str))
 
     # -- the tables -------------------------------------------------------------------
+
+    @property
+    def location_counts(self) -> dict[int, int]:
+        """location ref -> number of events read."""
+        out: dict[int, int] = {}
+        for (ref, _kind), n in self._types.items():
+            out[ref] = out.get(ref, 0) + n
+        return out
 
     @property
     def event_counts(self) -> dict[int, dict[str, int]]:
