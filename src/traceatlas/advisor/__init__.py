@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from traceatlas.advisor.base import POP_THRESHOLD, Context, Finding
+from traceatlas.advisor.causes import RULE_CAUSE
 from traceatlas.advisor.commands import why_not
 from traceatlas.advisor.registry import RULES, get_rule
 
@@ -39,6 +40,8 @@ def advise(trace: Trace, *, path: str = "PATH", min_cost_pct: float = 0.0,
     findings.extend(efficiency.apply(ctx, findings))
     floor = min_cost_pct / 100 * ctx.span_ns
     kept = [f for f in findings if f.cost_ns >= floor and f.cost_ns > 0]
+    for finding in kept:
+        finding.cause = finding.cause or RULE_CAUSE.get(finding.rule, "inefficiency")
     for finding in kept:  # every command shown must run on this trace
         why = why_not(ctx, finding.command) if finding.command else None
         if why is not None:

@@ -31,6 +31,12 @@ class Finding:
     ``efficiency`` the rule's own estimate of it (0..1) when it has one; the advisor
     sets ``severity`` to ``high`` when the efficiency (the ``efficiency`` analysis'
     value when available, else this estimate) is below ``POP_THRESHOLD``.
+
+    Machine-readable: ``cause`` (a word of ``traceatlas.advisor.causes.CAUSES``; empty =
+    the rule's default cause), ``ranks`` (the ranks it concerns), ``per_step`` (when steps
+    exist: ``{"ms": median cost per step in ms, "count": events per step}``, count only
+    where the cause is counted), ``where`` (``annotation``, ``op``, ``kernel``,
+    ``call_site`` it points at; only the keys known).
     """
 
     rule: str
@@ -42,6 +48,10 @@ class Finding:
     metric: str | None = None
     efficiency: float | None = None
     severity: str = "info"
+    cause: str = ""
+    ranks: list[int] = field(default_factory=list)
+    per_step: dict[str, float] | None = None
+    where: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -11,7 +11,10 @@ Main table, one row per finding, ranked by cost: ``rank`` (1 = costliest), ``rul
 ``statement`` (one line with the trace's own kernel, region and rank names),
 ``cost_ns`` (time it costs, ns; the rule's definition), ``evidence`` (numbers, ranks,
 time window in seconds from the trace start), ``next_step``, ``command`` (the traceatlas
-command that zooms in), ``severity`` (``high`` | ``info``).
+command that zooms in), ``severity`` (``high`` | ``info``), ``cause`` (a word of
+``traceatlas.advisor.causes.CAUSES``), ``ranks`` (the ranks it concerns), ``per_step``
+(``ms``: median cost per step in ms; ``count``: events per step, where counted; null
+without steps), ``where`` (``annotation``, ``op``, ``kernel``, ``call_site``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,17 @@ from traceatlas.analysis.base import MAX_COUNT, Param, Result
 if TYPE_CHECKING:
     from traceatlas.model.trace import Trace
 
+
+
+WHERE_KEYS = ("annotation", "op", "kernel", "call_site")
+"""Keys of the ``where`` column (null when the finding does not point there)."""
+
+
+def _per_step(value: Mapping[str, float] | None) -> dict[str, float | None] | None:
+    """``{"ms", "count"}`` with nulls for what the finding does not give."""
+    if value is None:
+        return None
+    return {"ms": value.get("ms"), "count": value.get("count")}
 
 
 class Advisor:
@@ -52,9 +66,15 @@ class Advisor:
         if top > 0:
             findings = findings[:top]
         rows = [(i + 1, f.rule, f.statement, f.cost_ns, f.evidence, f.next_step, f.command,
-                 f.severity) for i, f in enumerate(findings)]
-        schema = {"rank": pl.Int64, "rule": pl.String, "statement": pl.String,
-                  "cost_ns": pl.Int64, "evidence": pl.String, "next_step": pl.String,
-                  "command": pl.String, "severity": pl.String}
+                 f.severity, f.cause, sorted(f.ranks), _per_step(f.per_step),
+                 {k: f.where.get(k) for k in WHERE_KEYS})
+                for i, f in enumerate(findings)]
+        schema: dict[str, pl.DataType] = {
+            "rank": pl.Int64(), "rule": pl.String(), "statement": pl.String(),
+            "cost_ns": pl.Int64(), "evidence": pl.String(), "next_step": pl.String(),
+            "command": pl.String(), "severity": pl.String(), "cause": pl.String(),
+            "ranks": pl.List(pl.Int64),
+            "per_step": pl.Struct({"ms": pl.Float64, "count": pl.Float64}),
+            "where": pl.Struct({k: pl.String for k in WHERE_KEYS})}
         table = pl.DataFrame(rows, schema=schema, orient="row")
         return Result(table, notes=list(ctx.notes))
