@@ -104,6 +104,22 @@ def test_refused_with_one_line(case: str, tmp_path: Path, tmpdir_env: Path) -> N
     assert not any(tmpdir_env.iterdir())
 
 
+@pytest.mark.parametrize("case", ["nested_1500", "base_time_past_int64", "truncated_gz",
+                                  "events_not_a_list", "not_utf8"])
+def test_info_on_a_raw_file_refused(case: str, tmp_path: Path, tmpdir_env: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """``info`` on the raw file (through the cache): the same line, nothing cached."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TRACEATLAS_CACHE_DIR", str(cache))
+    name, make, words = REFUSED[case]
+    path = tmp_path / name
+    path.write_bytes(make())
+    result = CliRunner().invoke(app, ["info", str(path)])
+    _refused(result, str(path), words)
+    assert not cache.exists() or not any(cache.rglob("*"))
+    assert not any(tmpdir_env.iterdir())
+
+
 def test_truncated_tar_gz_names_the_archive(tmp_path: Path, tmpdir_env: Path) -> None:
     """The issue's case: "Aborted." and exit 1 before; EOFError escaped tarfile."""
     data = _tar_gz({"a.json": _good_bytes() * 50, "b.json": _good_bytes()})
@@ -157,3 +173,35 @@ def test_subprocess_deep_nesting_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.splitlines()
     assert line.startswith(f"error: {path}: ") and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("rank", [2**31, 10**30])
+def test_rank_past_int32_is_ignored_with_a_warning(rank: int, tmp_path: Path) -> None:
+    """Before: an OverflowError/ArrowInvalid traceback (ranks are int32 in the store)."""
+    path = tmp_path / f"rank-{rank}.json"
+    path.write_text(json.dumps({**GOOD, "distributedInfo": {"rank": rank,
+                                                             "world_size": rank}}))
+    result = CliRunner().invoke(app, ["ingest", str(path), "-o", str(tmp_path / "s")])
+    assert result.exit_code == 0, result.output
+    assert f"distributedInfo.rank {rank} is past the largest rank" in result.stderr
+    assert f"rank {rank} in the file name is past the largest rank" in result.stderr
+    assert "2 intervals" in result.stderr
+
+
+def test_a_device_is_refused_not_read_forever(tmp_path: Path) -> None:
+    """``/dev/zero`` used to be read until memory ran out."""
+    result = CliRunner().invoke(app, ["ingest", "/dev/zero", "-o", str(tmp_path / "s")])
+    _refused(result, "/dev/zero", "not a regular file")
+
+
+def test_damage_after_the_first_batches_is_one_line(tmp_path: Path) -> None:
+    """Malformed text after the first record batches (64 Ki events): DuckDB's error then
+    arrives through Arrow's stream as OSError; it must still be one exit-2 line."""
+    events = ",".join(json.dumps({"ph": "X", "name": f"f{i}", "pid": 1, "tid": 1, "ts": i,
+                                  "dur": 1}) for i in range(140_000))
+    path = tmp_path / "late.json"
+    path.write_bytes(b'{"traceEvents": [' + events.encode()
+                     + b', {"ph": "X", "name": "caf\xe9", "pid": 1, "tid": 1, "ts": 1, '
+                     b'"dur": 1}]}')
+    result = CliRunner().invoke(app, ["ingest", str(path), "-o", str(tmp_path / "s")])
+    _refused(result, str(path), "invalid UTF-8")

@@ -238,3 +238,42 @@ def test_base_time_plus_ts_past_int64_drops_the_event(tmp_path: Path) -> None:
     rows = rank.tables["intervals"].to_pylist()
     assert [(r["name"], r["start_ns"], r["end_ns"]) for r in rows] == [
         ("fits", base + 500, base + 1000)]
+
+
+def test_instant_and_metadata_args_as_written(tmp_path: Path) -> None:
+    """Not only intervals: instants and the kept ``M`` events hold ``args`` as written."""
+    inst = '{"ts": 1700000000000005.5, "v": [1.50, 2E3]}'
+    meta = '{"name": "GPU 0",  "x": 1.000000}'
+    path = _write(tmp_path / "i.json", [
+        '{"ph": "i", "s": "t", "name": "mark", "pid": 1, "tid": 1, "ts": 3, "args": '
+        + inst + "}",
+        '{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": ' + meta + "}",
+    ])
+    (rank,) = KinetoReader().read(Source(str(path)))
+    assert rank.tables["instants"].column("args").to_pylist() == [inst]
+    values = dict(zip(rank.tables["metadata"].column("key").to_pylist(),
+                      rank.tables["metadata"].column("value").to_pylist(), strict=True))
+    assert f'"args":{meta}' in values["chrome_metadata_events"]
+    assert json.loads(values["chrome_metadata_events"])[0]["args"] == json.loads(meta)
+
+
+def test_bad_value_after_the_first_batches(tmp_path: Path) -> None:
+    """A bad ``ts`` after the first record batches (64 Ki events each): the strict pass
+    has already consumed part of the events when DuckDB fails; the tolerant pass must
+    still line every event up with its own ``args``."""
+    filler = [_event(f"f{i}", str(i), "1", '{"i": ' + str(i) + "}") for i in range(140_000)]
+    path = _write(tmp_path / "big.json", [
+        *filler, _event("bad", '"never"', "1", "{}"),
+        _event("late", "1700000000200000.125", "0.5", '{"ts": 1.000000}')])
+    with pytest.warns(DataQualityWarning, match="had 1 event"):
+        got = _read_warned(path)
+    assert len(got) == 140_001
+    assert (got["late"]["start_ns"], got["late"]["end_ns"]) == (
+        1700000000200000125, 1700000000200000625)
+    assert got["late"]["args"] == '{"ts": 1.000000}'
+    assert all(got[f"f{i}"]["args"] == '{"i": ' + str(i) + "}" for i in range(0, 140_000, 997))
+
+
+def _read_warned(path: Path) -> dict[str, dict[str, Any]]:
+    (rank,) = KinetoReader().read(Source(str(path)), threads=4)
+    return {row["name"]: row for row in rank.tables["intervals"].to_pylist()}

@@ -29,7 +29,12 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traceatlas.errors import CorruptTraceError, RankInferredWarning, UnsupportedFormatError
+from traceatlas.errors import (
+    CorruptTraceError,
+    DataQualityWarning,
+    RankInferredWarning,
+    UnsupportedFormatError,
+)
 from traceatlas.io import kineto_events, kineto_tables
 from traceatlas.io.quality import DATA_QUALITY_KEY, Note, notes_json
 from traceatlas.io.reading import RankData
@@ -89,8 +94,6 @@ class KinetoReader:
                 os.unlink(events_path)
         rank, rank_source = _rank_of(meta, source)
         tables["metadata"] = _metadata_table(meta, source, chrome_meta, notes)
-        dist = meta.get("distributedInfo")
-        world = dist.get("world_size") if isinstance(dist, dict) else None
         host = meta.get("host_name")
         if isinstance(host, str):
             tracks = tables["tracks"]
@@ -104,7 +107,7 @@ class KinetoReader:
             rank=rank,
             rank_source=rank_source,
             clock=_clock_of(meta, tables),
-            world_size=world if isinstance(world, int) else None,
+            world_size=_world_size(meta),
             host=host if isinstance(host, str) else None,
         )]
 
@@ -217,14 +220,22 @@ def _base_time_ns(meta: dict[str, Any], display: str | None = None) -> int:
     return number
 
 
+_MAX_RANK = 2**31 - 1
+"""Ranks are int32 in the store."""
+
+
 def _rank_of(meta: dict[str, Any], source: Source) -> tuple[int | None, str | None]:
     dist = meta.get("distributedInfo")
     if isinstance(dist, dict):
         rank = dist.get("rank")
         if not isinstance(rank, float) and (number := _whole_number(rank)) is not None:
-            return number, "distributedInfo"
+            if number <= _MAX_RANK:
+                return number, "distributedInfo"
+            _warn_rank(source, f"distributedInfo.rank {number}")
     match = _RANK_IN_NAME.search(source.file_name)
-    if match:
+    if match and int(match.group(1)) > _MAX_RANK:
+        _warn_rank(source, f"rank {match.group(1)} in the file name")
+    elif match:
         warnings.warn(
             f"{source.display}: no distributedInfo.rank; rank {match.group(1)} taken from "
             "the file name",
@@ -233,6 +244,19 @@ def _rank_of(meta: dict[str, Any], source: Source) -> tuple[int | None, str | No
         )
         return int(match.group(1)), "file name"
     return None, None
+
+
+def _warn_rank(source: Source, what: str) -> None:
+    warnings.warn(f"{source.display}: {what} is past the largest rank ({_MAX_RANK}); "
+                  "ignored", DataQualityWarning, stacklevel=3)
+
+
+def _world_size(meta: dict[str, Any]) -> int | None:
+    dist = meta.get("distributedInfo")
+    world = dist.get("world_size") if isinstance(dist, dict) else None
+    if isinstance(world, int) and not isinstance(world, bool) and 0 < world <= _MAX_RANK + 1:
+        return world
+    return None
 
 
 def _clock_of(meta: dict[str, Any], tables: dict[str, pa.Table]) -> dict[str, object]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -259,6 +260,10 @@ def load_events(
             raise
         dropped = _Dropped()
         shape = con.sql(_SHAPE_SQL.format(path=file_list([path]), max_object=_MAX_OBJECT))
+        # The strict pass took (and released) part of ``args``: slice them again from
+        # the staged text (this path runs only for files with unreadable values).
+        with open(path, "rb") as staged:
+            args = raw_args(staged.read(), display)
         tables = _scan(con, _sql(path, tolerant=True), base_ns, args,
                        shape.to_arrow_table(), dropped)
     for note in dropped.notes(display):
@@ -281,7 +286,7 @@ def _scan(
     rest: list[pa.RecordBatch] = []
     offset = 0
     schema: pa.Schema | None = None
-    for batch in con.sql(sql).to_arrow_reader(1 << 16):
+    for batch in _batches(con, sql):
         n = batch.num_rows
         raw = args.take(n)
         ts_ns, dur_ns, bad = _times(batch, base_ns)
@@ -326,6 +331,20 @@ def _no_time(batch: pa.RecordBatch, ts_ns: pa.Array) -> Any:
                     pc.invert(pc.is_in(batch["ph"], value_set=pa.array(["M", "C"]))))
     return pc.and_(pc.fill_null(timed, False), pc.is_null(ts_ns)).to_numpy(
         zero_copy_only=False)
+
+
+def _batches(con: duckdb.DuckDBPyConnection, sql: str) -> Iterator[pa.RecordBatch]:
+    """The query's record batches. An error DuckDB hits after the first batch comes
+    through Arrow's stream interface as OSError; it is re-raised as DuckDB's own."""
+    reader = con.sql(sql).to_arrow_reader(1 << 16)
+    while True:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            return
+        except OSError as exc:
+            raise duckdb.InvalidInputException(str(exc)) from exc
+        yield batch
 
 
 def _classify(

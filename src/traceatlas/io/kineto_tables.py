@@ -115,12 +115,19 @@ def _per_name(name: Any, fn: Callable[[pa.Array], pa.Array]) -> Any:
 
 def metadata_events(con: duckdb.DuckDBPyConnection) -> str:
     """Every Chrome ``M`` event as a JSON array of {name, pid, tid, args}, so the sort
-    indices and labels that tracks do not hold are still in the store."""
-    row = con.sql(
-        "SELECT coalesce(to_json(list({'name': name, 'pid': pid, 'tid': tid, "
-        "'args': json(args)})), '[]') FROM ev WHERE ph = 'M'"
-    ).fetchall()
-    return str(row[0][0]) if row else "[]"
+    indices and labels that tracks do not hold are still in the store. ``args`` is the
+    source text as written (DuckDB's ``to_json`` would re-print its numbers)."""
+    rows = con.execute("SELECT name, pid, tid, args FROM ev WHERE ph = 'M'").fetchall()
+    items = (
+        '{"name":' + _json(name) + ',"pid":' + _json(pid) + ',"tid":' + _json(tid)
+        + ',"args":' + (args if args is not None else "null") + "}"
+        for name, pid, tid, args in rows
+    )
+    return "[" + ",".join(items) + "]"
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _warn(message: str) -> None:

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO
 
-from traceatlas.errors import CorruptTraceError, InputNotFoundError
+from traceatlas.errors import CorruptTraceError, InputNotFoundError, UnsupportedFormatError
 
 TRACE_SUFFIXES: tuple[str, ...] = (".json", ".json.gz")
 """File names an archive is searched for (text formats that can be read from a member)."""
@@ -197,6 +197,10 @@ def resolve_inputs(inputs: Iterable[str | os.PathLike[str]]) -> list[Source]:
             raise InputNotFoundError(path, "no such file or directory")
         if os.path.isdir(path):
             sources.extend(_directory_files(path))
+        elif not os.path.isfile(path):
+            raise UnsupportedFormatError(
+                path, "not a regular file or directory (a device, FIFO or socket)"
+            )
         elif _is_archive(path):
             sources.extend(_archive_members(path))
         else:
