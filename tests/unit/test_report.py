@@ -106,7 +106,8 @@ def fake_advise(trace: Any, *, path: str, context: Any, min_cost_pct: float) -> 
         rule="load_imbalance", statement=f"rank {i} runs gemm longest (finding {i + 1})",
         cost_ns=1_000_000 * (12 - i), evidence="rank 0: 25 us vs mean 16.5 us",
         next_step="balance the work", command="traceatlas analyze kernels X",
-        severity="high" if i < 3 else "info") for i in range(12)]
+        severity="high" if i < 3 else "info", cause="load_imbalance", ranks=[i])
+        for i in range(12)]
 
 
 @pytest.fixture()

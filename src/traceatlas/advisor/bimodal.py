@@ -9,12 +9,18 @@ calls): the time the slow calls take beyond a typical fast call. Per kernel name
 largest over the ranks where it is flagged; at most ``MAX_FINDINGS`` kernels.
 Statement: "Bimodal kernel durations: NAME takes either about F or about S (K of N calls
 slow) on rank R".
+
+Machine-readable: ``ranks`` = the ranks where the kernel is flagged; ``where`` =
+{``kernel``}; ``per_step`` (with steps): on rank R, ``ms`` = median over steps of the sum
+over its slow calls (duration >= the slow group's minimum) of (duration - fast median),
+``count`` = median number of slow calls per step.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from traceatlas.advisor import stepwise
 from traceatlas.advisor.base import Context, Finding, fmt_ns, short_name
 
 NAME = "bimodal"
@@ -63,4 +69,30 @@ def _finding(ctx: Context, name: str, ranks: list[int], row: dict[str, Any]) -> 
                    "dtypes, another stream running alongside, clock throttling, cache or "
                    "allocator effects; make the slow case the fast one or separate them."),
         command=ctx.command("kernels", "--ranks", str(rank), "--table", "histogram"),
+        cause="bimodal_kernel",
+        ranks=sorted(set(ranks)),
+        per_step=_per_step(ctx, name, rank, int(row["slow_min_ns"]), float(fast)),
+        where={"kernel": name},
     )
+
+
+def _per_step(ctx: Context, name: str, rank: int, slow_min: int, fast: float
+              ) -> dict[str, float] | None:
+    """Median per step of the slow calls' excess over ``fast`` (ms) and their count."""
+    import polars as pl
+
+    steps = stepwise.windows(ctx)
+    if steps is None:
+        return None
+    steps = steps.filter(pl.col("rank") == rank)
+    calls = (ctx.trace.intervals
+             .filter((pl.col("rank") == rank) & (pl.col("name").cast(pl.String) == name)
+                     & pl.col("category").cast(pl.String).is_in(("kernel", "comm_kernel"))
+                     & (pl.col("dur_ns") >= slow_min))
+             .select("rank", "start_ns", "end_ns", "dur_ns").collect())
+    placed = stepwise.assign(calls, steps).group_by("step").agg(
+        (pl.col("dur_ns") - fast).sum().alias("excess"), pl.len().alias("n"))
+    got = {int(s): (float(e), float(n)) for s, e, n in placed.rows()}
+    every = [int(s) for s in steps["step"].unique().to_list()]
+    return stepwise.median_ms([got.get(s, (0.0, 0.0))[0] for s in every],
+                              [got.get(s, (0.0, 0.0))[1] for s in every])

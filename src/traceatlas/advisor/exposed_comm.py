@@ -16,13 +16,23 @@ so the worst rank sets the pace).
 Statement: "Communication is not overlapped with compute: on rank R, communication
 kernels run C: O overlapped with compute, W waiting for late ranks and X exposed
 transfer (P % of its GPU time span; mostly KERNEL)".
+
+Machine-readable: ``ranks`` = [R]; ``where`` = {``kernel``: R's costliest communication
+kernel}; ``per_step.ms`` (with steps) = median over R's steps of the same split in the
+step window: |C or K| - |K| (exposed) minus min(exposed, the waits of the collective
+instances R starts in the step).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from traceatlas.advisor import stepwise
 from traceatlas.advisor.base import Context, Finding, fmt_ns, heaviest, per_rank_sum, short_name
+
+if TYPE_CHECKING:
+    import polars as pl
 
 NAME = "exposed_comm"
 
@@ -90,7 +100,53 @@ def check(ctx: Context) -> list[Finding]:
         command=ctx.command("overlap", "--ranks", str(rank)),
         metric="device_communication_efficiency",
         efficiency=1 - share,
+        cause="exposed_communication",
+        ranks=[rank],
+        per_step=_per_step(ctx, rank),
+        where={"kernel": kernel} if kernel else {},
     )]
+
+
+def _per_step(ctx: Context, rank: int) -> dict[str, float] | None:
+    """Median over ``rank``'s steps of its exposed transfer in the step window (ms)."""
+    import polars as pl
+
+    steps = stepwise.windows(ctx)
+    if steps is None:
+        return None
+    steps = steps.filter(pl.col("rank") == rank)
+    cat = pl.col("category").cast(pl.String)
+    rows = (ctx.trace.intervals
+            .filter((pl.col("rank") == rank) & cat.is_in(("kernel", "comm_kernel")))
+            .select("rank", cat.alias("category"), "start_ns", "end_ns").collect())
+    k = stepwise.union_per_step(rows.filter(pl.col("category") == "kernel"), steps,
+                                name="k")
+    both = stepwise.union_per_step(rows, steps, name="ck")
+    exposed = {int(s): float(ck) - float(kv or 0) for s, ck, kv in
+               both.join(k, on=["rank", "step"], how="left")
+               .select("step", "ck", "k").rows()}
+    waits = _wait_per_step(ctx, rank, steps)
+    costs = [exposed.get(s, 0.0) - min(max(waits.get(s, 0.0), 0.0), exposed.get(s, 0.0))
+             for s in steps["step"].unique().to_list()]
+    return stepwise.median_ms(costs)
+
+
+def _wait_per_step(ctx: Context, rank: int, steps: pl.DataFrame) -> dict[int, float]:
+    """{step: sum of (last start - own start) of the instances ``rank`` starts in it}."""
+    import polars as pl
+
+    collectives = ctx.result("collectives")
+    if collectives is None or "per_rank" not in collectives.extra:
+        return {}
+    t0 = ctx.window[0]
+    mine = (collectives.extra["per_rank"]
+            .with_columns(wait=pl.col("start_ns").max().over("instance") - pl.col("start_ns"))
+            .filter(pl.col("rank") == rank)
+            .select("rank", (pl.col("start_ns") + t0).alias("start_ns"),
+                    (pl.col("start_ns") + t0).alias("end_ns"), "wait"))
+    placed = stepwise.assign(mine, steps)
+    return {int(s): float(w) for s, w in
+            placed.group_by("step").agg(pl.col("wait").sum()).rows()}
 
 
 def _gpu_span(ctx: Context) -> dict[int, int]:

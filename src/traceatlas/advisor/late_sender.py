@@ -8,11 +8,22 @@ Trigger: ``late_sender_ns`` > 0 on some rank.
 Cost (ns): the largest ``late_sender_ns`` over the ranks (the receiver's time lost; it
 cannot be hidden as it is spent inside the blocking call).
 Statement: "Late sender: rank R waits X in N receives posted before rank S sent".
+
+Machine-readable: ``ranks`` = [R, S] (the waiting receiver and its main late sender);
+``per_step`` (with steps): R's late-sender wait per step (each blocking call counted once,
+its largest wait, placed by its start), ``ms`` the median over R's steps and ``count`` the
+median number of such calls per step.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from traceatlas.advisor import stepwise
 from traceatlas.advisor.base import Context, Finding, fmt_ns
+
+if TYPE_CHECKING:
+    import polars as pl
 
 NAME = "late_sender"
 
@@ -54,4 +65,29 @@ def check(ctx: Context) -> list[Finding]:
         command=ctx.command("mpi_wait", "--table", "messages"),
         metric="host_communication_efficiency",
         efficiency=1 - share,
+        cause="late_sender",
+        ranks=sorted({rank, *([senders[0][0]] if senders else [])}),
+        per_step=_per_step(ctx, rank, messages),
     )]
+
+
+def _per_step(ctx: Context, rank: int, messages: pl.DataFrame | None
+              ) -> dict[str, float] | None:
+    """Median per step of ``rank``'s late-sender wait (ms) and of its late calls."""
+    import polars as pl
+
+    steps = stepwise.windows(ctx)
+    if steps is None or messages is None or "recv_block_start_ns" not in messages.columns:
+        return None
+    steps = steps.filter(pl.col("rank") == rank)
+    calls = (messages.filter((pl.col("dst_rank") == rank) & (pl.col("late_sender_ns") > 0)
+                             & pl.col("recv_block_start_ns").is_not_null())
+             .group_by("recv_block_start_ns").agg(pl.col("late_sender_ns").max())
+             .select(pl.lit(rank).alias("rank"), pl.col("recv_block_start_ns").alias("start_ns"),
+                     pl.col("recv_block_start_ns").alias("end_ns"), "late_sender_ns"))
+    placed = stepwise.assign(calls, steps).group_by("step").agg(
+        pl.col("late_sender_ns").sum(), pl.len().alias("n"))
+    got = {int(s): (float(w), float(n)) for s, w, n in placed.rows()}
+    every = [int(s) for s in steps["step"].unique().to_list()]
+    return stepwise.median_ms([got.get(s, (0.0, 0.0))[0] for s in every],
+                              [got.get(s, (0.0, 0.0))[1] for s in every])

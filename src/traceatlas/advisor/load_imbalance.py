@@ -11,12 +11,19 @@ Statement: "GPU load imbalance: rank R computes X.XXx the mean of the N ranks; t
 wait for it (mostly in KERNEL)" (host: "... outside MPI ... (mostly in REGION)").
 The kernels (``kernels`` by rank) or regions (``load_imbalance``) named are those whose
 time on rank R most exceeds their mean over the ranks.
+
+Machine-readable: ``ranks`` = [R]; ``where`` = the kernel (device) or the region
+(host: ``annotation`` for annotations/NVTX/user regions, else ``op``) carrying the most
+excess; ``per_step.ms`` (device, with steps) = median over steps of (max - mean) over
+the ranks of the compute-kernel union in the step window (a rank without compute in a
+step counts 0).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from traceatlas.advisor import stepwise
 from traceatlas.advisor.base import Context, Finding, fmt_ns, heaviest, per_rank_sum, short_name
 
 if TYPE_CHECKING:
@@ -27,6 +34,8 @@ BALANCE_TRIGGER = 0.95
 """Fire when mean / max of the per-rank compute is below this (5 % imbalance)."""
 RUNTIME_CATEGORIES = ("mpi", "openmp")
 """Host categories that are parallel-runtime time, not useful work."""
+ANNOTATION_CATEGORIES = ("annotation", "gpu_annotation", "nvtx", "region", "python")
+"""Host categories named in ``where`` as an ``annotation`` (the rest as an ``op``)."""
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -46,13 +55,37 @@ def _device(ctx: Context) -> Finding | None:
     kernels = ctx.result("kernels")
     excess = _excess(kernels.table.filter(kernels.table["category"] == "kernel"), rank,
                      len(compute)) if kernels is not None else []
-    return _finding(ctx, "GPU load imbalance", "computes", rank, compute, mean, balance,
-                    excess, "device_load_balance",
+    finding = _finding(ctx, "GPU load imbalance", "computes", rank, compute, mean, balance,
+                       excess, "device_load_balance",
                     "GPU compute per rank (union of compute kernels)",
                     "Give rank {r} less work (data sharding, sequence lengths, pipeline "
                     "stage sizes) or find why its kernels take longer; compare its kernels "
                     "with another rank's.",
-                    ctx.command("kernels", "--ranks", str(rank)))
+                       ctx.command("kernels", "--ranks", str(rank)))
+    if excess:
+        finding.where = {"kernel": excess[0][0]}
+    finding.per_step = _device_per_step(ctx, sorted(compute))
+    return finding
+
+
+def _device_per_step(ctx: Context, ranks: list[int]) -> dict[str, float] | None:
+    """Median over steps of max - mean of the per-rank compute-kernel union (ns -> ms)."""
+    import polars as pl
+
+    steps = stepwise.windows(ctx)
+    if steps is None:
+        return None
+    kernels = (ctx.trace.intervals
+               .filter((pl.col("category").cast(pl.String) == "kernel")
+                       & pl.col("rank").is_in(ranks))
+               .select("rank", "start_ns", "end_ns").collect())
+    per = stepwise.union_per_step(kernels, steps, name="compute")
+    got = {(int(r), int(s)): float(v) for r, s, v in per.select("rank", "step", "compute").rows()}
+    costs = []
+    for step in steps["step"].unique().to_list():
+        values = [got.get((r, int(step)), 0.0) for r in ranks]
+        costs.append(max(values) - sum(values) / len(values))
+    return stepwise.median_ms(costs)
 
 
 def _host(ctx: Context) -> Finding | None:
@@ -71,13 +104,19 @@ def _host(ctx: Context) -> Finding | None:
         return None
     rank, mean, balance = found
     excess = _excess(table.rename({"exclusive_ns": "total_ns"}), rank, len(useful))
-    return _finding(ctx, "Load imbalance", "computes outside MPI", rank, useful, mean,
+    finding = _finding(ctx, "Load imbalance", "computes outside MPI", rank, useful, mean,
                     balance, excess, "host_load_balance",
                     "useful time per rank (the efficiency model's; without it, exclusive "
                     "time outside MPI/OpenMP)",
                     "Rebalance the domain decomposition or work distribution so rank {r} "
                     "gets less; the other ranks wait for it in MPI.",
                     ctx.command("load_imbalance", "-p", "num_ranks=3"))
+    if excess:
+        kinds = dict(table.select("name", "category").unique("name").rows())
+        kind = ("annotation" if str(kinds.get(excess[0][0])) in ANNOTATION_CATEGORIES
+                else "op")
+        finding.where = {kind: excess[0][0]}
+    return finding
 
 
 def _model_useful(ctx: Context) -> dict[int, int]:
@@ -136,4 +175,6 @@ def _finding(ctx: Context, title: str, verb: str, rank: int, values: dict[int, i
         command=command,
         metric=metric,
         efficiency=balance,
+        cause="load_imbalance",
+        ranks=[rank],
     )

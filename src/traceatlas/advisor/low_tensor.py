@@ -10,10 +10,14 @@ the GEMM time with the tensor cores idle, an upper bound of what better tensor-c
 recovers. Per kernel name, the largest over the ranks; at most ``MAX_FINDINGS`` kernels.
 Statement: "Low tensor-core use in GEMMs: NAME keeps the tensor cores busy only P % of
 its X on rank R".
+
+Machine-readable: ``ranks`` = [R]; ``where`` = {``kernel``}; ``per_step.ms`` (with steps)
+= median over R's steps of the kernel's time in the step x (1 - mean / 100).
 """
 
 from __future__ import annotations
 
+from traceatlas.advisor import stepwise
 from traceatlas.advisor.base import Context, Finding, fmt_ns, short_name
 
 NAME = "low_tensor"
@@ -55,4 +59,27 @@ def check(ctx: Context) -> list[Finding]:
                    "torch.backends.cuda.matmul.allow_tf32 = True) and matrix sizes that are "
                    "multiples of 8 (16 for int8); check the GEMM shapes and layouts."),
         command=ctx.command("counters", "--ranks", str(row["rank"])),
+        cause="low_tensor_use",
+        ranks=[int(row["rank"])],
+        per_step=_per_step(ctx, str(row["kernel"]), int(row["rank"]),
+                           1 - float(row["mean"]) / 100),
+        where={"kernel": str(row["kernel"])},
     ) for row in low.iter_rows(named=True)]
+
+
+def _per_step(ctx: Context, name: str, rank: int, idle: float) -> dict[str, float] | None:
+    """Median over ``rank``'s steps of the kernel's time in the step x ``idle`` (ms)."""
+    import polars as pl
+
+    steps = stepwise.windows(ctx)
+    if steps is None:
+        return None
+    steps = steps.filter(pl.col("rank") == rank)
+    calls = (ctx.trace.intervals
+             .filter((pl.col("rank") == rank) & (pl.col("name").cast(pl.String) == name))
+             .select("rank", "start_ns", "end_ns").collect())
+    placed = stepwise.assign(calls, steps).with_columns(
+        d=pl.col("end_ns") - pl.col("start_ns"))
+    got = {int(s): float(v) for s, v in placed.group_by("step").agg(pl.col("d").sum()).rows()}
+    return stepwise.median_ms([got.get(int(s), 0.0) * idle
+                               for s in steps["step"].unique().to_list()])

@@ -10,12 +10,18 @@ Trigger: exposed > 0 on some rank.
 Cost (ns): exposed, summed over the rank's devices; the largest over the ranks.
 Statement: "Memory copies stall the compute stream: on rank R, NAME on stream S leaves the
 GPU doing nothing but copies for X".
+
+Machine-readable: ``ranks`` = [R]; ``where`` = {``op``: the framework op that issued
+most of the costliest copy's calls (same ``external_id``), when known}; ``per_step.ms``
+(with steps) = median over R's steps of the same exposed time in the step window, and
+``count`` = median number of such copies per step.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from traceatlas.advisor import stepwise
 from traceatlas.advisor.base import Context, Finding, fmt_ns, heaviest, per_rank_sum, short_name
 from traceatlas.ops.unions import union_ns
 
@@ -37,7 +43,8 @@ def check(ctx: Context) -> list[Finding]:
     if streams.height == 0:
         return []
     on_stream = per_rank_sum(streams, "memory_ns")
-    cost = _exposed(ctx, streams.select("rank", "device", "stream"))
+    kernels, memory = _rows(ctx, streams.select("rank", "device", "stream"))
+    cost = _exposed(kernels, memory)
     if not cost or max(cost.values()) <= 0:
         return []
     rank, worst = heaviest(cost)
@@ -70,12 +77,54 @@ def check(ctx: Context) -> list[Finding]:
         command=ctx.command("breakdown", "--ranks", str(rank), "-p", "by=stream"),
         metric="device_communication_efficiency",
         efficiency=1 - worst / span if span else None,
+        cause="copy_on_compute_stream",
+        ranks=[rank],
+        per_step=_per_step(ctx, rank, kernels, memory),
+        where=_op(ctx, rank, top, stream),
     )]
 
 
-def _exposed(ctx: Context, streams: pl.DataFrame) -> dict[int, int]:
-    """Per rank: |M or K| - |K| summed over devices, M = memcpy/memset rows on the
-    compute ``streams``, K = kernels and communication kernels of the device (ns)."""
+def _op(ctx: Context, rank: int, name: str, stream: int) -> dict[str, str]:
+    """{"op": the cpu_op sharing ``external_id`` with most ``name`` copies on ``stream``}."""
+    import polars as pl
+
+    iv = ctx.trace.intervals.filter(pl.col("rank") == rank)
+    ids = iv.filter((pl.col("name").cast(pl.String) == name) & (pl.col("stream") == stream)
+                    & pl.col("external_id").is_not_null()).select("external_id")
+    ops = (iv.filter(pl.col("category").cast(pl.String) == "cpu_op")
+           .join(ids, on="external_id", how="semi")
+           .group_by(pl.col("name").cast(pl.String)).len()
+           .sort("len", "name", descending=[True, False]).head(1).collect())
+    return {"op": str(ops["name"][0])} if ops.height else {}
+
+
+def _per_step(ctx: Context, rank: int, kernels: pl.LazyFrame, memory: pl.LazyFrame
+              ) -> dict[str, float] | None:
+    """Median over ``rank``'s steps of |M or K| - |K| in the step window (ms), and of the
+    number of compute-stream copies per step."""
+    import polars as pl
+
+    steps = stepwise.windows(ctx)
+    if steps is None:
+        return None
+    steps = steps.filter(pl.col("rank") == rank)
+    k = kernels.filter(pl.col("rank") == rank).collect()
+    m = memory.filter(pl.col("rank") == rank).collect()
+    both = stepwise.union_per_step(pl.concat([k, m]), steps, ("device",), "mk")
+    only = stepwise.union_per_step(k, steps, ("device",), "k")
+    frame = (both.join(only, on=["rank", "step", "device"], how="left")
+             .with_columns(exposed=pl.col("mk") - pl.col("k").fill_null(0)))
+    exposed = stepwise.per_rank_step(frame, rank, "exposed")
+    counts = stepwise.assign(m.select("rank", "start_ns", "end_ns"), steps)
+    count = {int(s): n for s, n in counts.group_by("step").len().rows()}
+    every = [int(s) for s in steps["step"].unique().to_list()]
+    return stepwise.median_ms([exposed.get(s, 0.0) for s in every],
+                              [float(count.get(s, 0)) for s in every])
+
+
+def _rows(ctx: Context, streams: pl.DataFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """(K, M): kernels and communication kernels, and the memcpy/memset rows on the
+    compute ``streams`` (rank, device, stream, category, start_ns, end_ns)."""
     import polars as pl
 
     cat = pl.col("category").cast(pl.String)
@@ -89,6 +138,13 @@ def _exposed(ctx: Context, streams: pl.DataFrame) -> dict[int, int]:
         streams.lazy().with_columns(pl.col("device").cast(pl.Int64),
                                     pl.col("stream").cast(pl.Int64)),
         on=["rank", "device", "stream"], how="semi")
+    return kernels, memory
+
+
+def _exposed(kernels: pl.LazyFrame, memory: pl.LazyFrame) -> dict[int, int]:
+    """Per rank: |M or K| - |K| summed over devices (ns)."""
+    import polars as pl
+
     keys = ["rank", "device"]
     both = union_ns(pl.concat([kernels, memory]), keys, "mk")
     only_k = union_ns(kernels, keys, "k")

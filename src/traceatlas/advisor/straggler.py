@@ -12,6 +12,11 @@ GPU: max lag - mean lag (lag = start - first start, ``per_rank``); MPI:
 ``total_wait_ns`` / ranks. That is the time the ranks spend, on average, waiting for it.
 Statement: "Straggler in collectives: rank R starts last in K of M NCCL collectives
 (mostly OP); the other ranks wait X for it in total".
+
+Machine-readable: ``ranks`` = [R]; ``where`` = {``op``: the collective it is mostly late
+at}; ``per_step`` (with steps): ``ms`` = median over steps of the wait of the instances
+where R is last (each instance in the step of R's start/enter), ``count`` = median number
+of such instances per step.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from traceatlas.advisor import stepwise
 from traceatlas.advisor.base import Context, Finding, fmt_ns
 
 if TYPE_CHECKING:
@@ -37,6 +43,8 @@ class _Late:
     cost: int
     op: str
     ranks: int
+    instants: tuple[tuple[int, float], ...] = ()
+    """(start ns of the straggler, wait ns) of each instance where it is last."""
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -57,8 +65,12 @@ def _gpu(ctx: Context) -> _Late | None:
     multi = result.table.filter(pl.col("ranks") >= 2)
     waits = (result.extra["per_rank"].group_by("instance")
              .agg((pl.col("lag_ns").max() - pl.col("lag_ns").mean()).alias("wait")))
+    t0 = ctx.window[0]
+    starts = result.extra["per_rank"].select(
+        "instance", pl.col("rank").alias("late"), (pl.col("start_ns") + t0).alias("at"))
     rows = multi.join(waits, on="instance").select(
-        pl.col("straggler").alias("late"), "op", "ranks", "wait")
+        "instance", pl.col("straggler").alias("late"), "op", "ranks", "wait").join(
+        starts, on=["instance", "late"], how="left")
     joined = _joined(result.extra["per_rank"], multi["instance"].to_list())
     return _pick(rows, joined)
 
@@ -72,8 +84,11 @@ def _mpi(ctx: Context) -> _Late | None:
     if result is None or "per_rank" not in result.extra:
         return None
     multi = result.table.filter(pl.col("ranks") >= 2)
-    rows = multi.select(pl.col("late_rank").alias("late"), "op", "ranks",
-                        (pl.col("total_wait_ns") / pl.col("ranks")).alias("wait"))
+    starts = result.extra["per_rank"].select(
+        "instance", pl.col("rank").alias("late"), pl.col("enter_ns").alias("at"))
+    rows = multi.select("instance", pl.col("late_rank").alias("late"), "op", "ranks",
+                        (pl.col("total_wait_ns") / pl.col("ranks")).alias("wait")).join(
+        starts, on=["instance", "late"], how="left")
     joined = _joined(result.extra["per_rank"], multi["instance"].to_list())
     return _pick(rows, joined)
 
@@ -102,8 +117,30 @@ def _pick(rows: pl.DataFrame, joined: dict[int, int]) -> _Late | None:
     share_needed = max(MIN_SHARE, 2 / max(n_ranks, 2))
     if last < MIN_LAST or last < share_needed * joined.get(rank, last):
         return None
+    mine = rows.filter((pl.col("late") == rank) & pl.col("at").is_not_null())
+    instants = tuple((int(a), float(w)) for a, w in mine.select("at", "wait").rows())
     return _Late(rank, last, joined.get(rank, last), round(row["wait"]), str(row["op"]),
-                 n_ranks)
+                 n_ranks, instants)
+
+
+def _per_step(ctx: Context, late: _Late) -> dict[str, float] | None:
+    """Median per step of the straggler's wait cost (ms) and of its late instances."""
+    import polars as pl
+
+    steps = stepwise.windows(ctx)
+    if steps is None or not late.instants:
+        return None
+    frame = pl.DataFrame({"rank": [late.rank] * len(late.instants),
+                          "start_ns": [a for a, _ in late.instants],
+                          "end_ns": [a for a, _ in late.instants],
+                          "wait": [w for _, w in late.instants]},
+                         schema={"rank": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64,
+                                 "wait": pl.Float64})
+    placed = stepwise.assign(frame, steps.filter(pl.col("rank") == late.rank))
+    if placed.height == 0:
+        return None
+    per = placed.group_by("step").agg(pl.col("wait").sum(), pl.len().alias("n"))
+    return stepwise.median_ms(per["wait"].to_list(), [float(n) for n in per["n"]])
 
 
 def _finding(ctx: Context, kind: str, late: _Late) -> Finding:
@@ -125,4 +162,8 @@ def _finding(ctx: Context, kind: str, late: _Late) -> Finding:
         command=(ctx.command("collectives", "--table", "per_rank") if gpu
                  else ctx.command("mpi_collectives", "--table", "by_rank")),
         metric="device_load_balance" if gpu else "host_serialisation_efficiency",
+        cause="straggler",
+        ranks=[late.rank],
+        per_step=_per_step(ctx, late),
+        where={"op": late.op},
     )

@@ -58,6 +58,10 @@ class Finding:
     next_step: str
     command: str
     severity: str
+    cause: str = ""
+    """A word of ``traceatlas.advisor.causes.CAUSES`` (shown with ``cause_words``)."""
+    ranks: list[int] = field(default_factory=list)
+    """The ranks the finding concerns."""
 
 
 @dataclass
@@ -214,7 +218,8 @@ def _findings(run: RunReport, results: Results, top: int) -> None:
     run.findings = [
         Finding(int(r["rank"]), str(r["rule"]), str(r["statement"]), int(r["cost_ns"] or 0),
                 str(r.get("evidence") or ""), str(r.get("next_step") or ""),
-                str(r.get("command") or ""), str(r.get("severity") or "info"))
+                str(r.get("command") or ""), str(r.get("severity") or "info"),
+                str(r.get("cause") or ""), [int(x) for x in r.get("ranks") or []])
         for r in results.findings(top)[:top]
     ]
 

@@ -7,8 +7,9 @@ from html import escape
 from importlib import resources
 from typing import TYPE_CHECKING
 
+from traceatlas.advisor.causes import cause_words
 from traceatlas.report import compare, svg
-from traceatlas.report.terminal import FAIR, GOOD, metric_label, ordered
+from traceatlas.report.terminal import FAIR, GOOD, metric_label, ordered, ranks_text
 
 if TYPE_CHECKING:
     from traceatlas.report.data import EfficiencyNode, ReportData, RunReport
@@ -120,8 +121,10 @@ def _findings(run: RunReport) -> str:
         command = f" <code>{escape(f.command)}</code>" if f.command else ""
         items.append(
             f'<li class="{escape(f.severity)}"><span class="badge">{escape(f.severity)}</span>'
-            f'<span class="stmt">{escape(f.statement)}</span><span class="cost">costs '
-            f'{escape(svg.fmt_ns(f.cost_ns))}</span><div class="ev">{escape(f.evidence)}</div>'
+            + (f'<span class="cause">{escape(cause_words(f.cause))}</span>' if f.cause else "")
+            + f'<span class="stmt">{escape(f.statement)}</span><span class="cost">costs '
+            f'{escape(svg.fmt_ns(f.cost_ns))}{escape(ranks_text(f.ranks))}</span>'
+            f'<div class="ev">{escape(f.evidence)}</div>'
             f'<div class="next">Next: {escape(f.next_step)}{command}</div></li>')
     tail = "</details>" if len(run.findings) > OPEN_FINDINGS else ""
     return f'<ol class="findings">{"".join(items)}</ol>{tail}'

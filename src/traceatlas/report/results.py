@@ -86,7 +86,7 @@ class Results:
 
 
 FINDING_FIELDS = ("rule", "statement", "cost_ns", "evidence", "next_step", "command",
-                  "severity")
+                  "severity", "cause", "ranks")
 """Fields of the advisor's findings the report shows."""
 
 

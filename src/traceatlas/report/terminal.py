@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
+from traceatlas.advisor.causes import cause_words
 from traceatlas.literal import literal
 from traceatlas.report import compare
 from traceatlas.report.svg import fmt_ns
@@ -86,6 +87,13 @@ def ordered(nodes: object) -> list[EfficiencyNode]:
     return out + [n for n in items if n not in out]
 
 
+def ranks_text(ranks: list[int]) -> str:
+    """``; rank 2`` / ``; ranks 0, 3`` (empty when the finding names no rank)."""
+    if not ranks:
+        return ""
+    return f"; rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, sorted(ranks)))}"
+
+
 def finding_lines(run: RunReport, budget: int) -> list[Text]:
     """Top findings, two lines each, within ``budget`` lines."""
     lines: list[Text] = []
@@ -95,8 +103,10 @@ def finding_lines(run: RunReport, budget: int) -> list[Text]:
         head = Text(f"{f.rank:>2}. ")
         head.append("HIGH " if f.severity == "high" else "info ",
                     style="bold red" if f.severity == "high" else "cyan")
+        if f.cause:
+            head.append(f"[{literal(cause_words(f.cause))}] ", style="magenta")
         head.append(literal(f.statement))
-        head.append(f"  (costs {fmt_ns(f.cost_ns)})", style="dim")
+        head.append(f"  (costs {fmt_ns(f.cost_ns)}{ranks_text(f.ranks)})", style="dim")
         tail = Text("     -> ", style="dim")
         if f.command:  # the zoom-in command first: it is what a long line must not lose
             tail.append(literal(f.command), style="bold blue")
