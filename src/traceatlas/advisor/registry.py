@@ -16,6 +16,7 @@ Rule = Callable[[Context], list[Finding]]
 RULES: Mapping[str, str] = {
     "load_imbalance": "traceatlas.advisor.load_imbalance:check",
     "host_wait": "traceatlas.advisor.host_wait:check",
+    "host_sync": "traceatlas.advisor.host_sync:check",
     "exposed_comm": "traceatlas.advisor.exposed_comm:check",
     "memcpy_stream": "traceatlas.advisor.memcpy_stream:check",
     "short_kernels": "traceatlas.advisor.short_kernels:check",

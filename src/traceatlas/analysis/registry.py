@@ -28,6 +28,7 @@ ANALYSES: Mapping[str, str] = {
     "launch": "traceatlas.analysis.launch:Launch",
     "queue": "traceatlas.analysis.queue:Queue",
     "idle": "traceatlas.analysis.idle:Idle",
+    "syncs": "traceatlas.analysis.syncs:Syncs",
     "overlap": "traceatlas.analysis.overlap:Overlap",
     "comm_matrix": "traceatlas.analysis.comm_matrix:CommMatrix",
     "message_histogram": "traceatlas.analysis.message_histogram:MessageHistogram",
