@@ -67,7 +67,8 @@ def test_summary_defaults(tmp_path: Path) -> None:
     # short (< 10 us): A (2k); shorter than launch: A; long launch (> 50 us): B (60k);
     # long delay (> 100 us): C (199k).
     assert summary == [{
-        "rank": 0, "launches": 3, "short_kernels": 1, "short_kernels_gpu_ns": 2_000,
+        "rank": 0, "launches": 3, "graph_launches": 0, "graph_kernels": 0,
+        "short_kernels": 1, "short_kernels_gpu_ns": 2_000,
         "shorter_than_launch": 1, "long_launches": 1, "long_launches_cpu_ns": 60_000,
         "long_delays": 1, "long_delays_ns": 199_000}]
 

@@ -30,7 +30,7 @@ def advise(trace: Trace, *, path: str = "PATH", min_cost_pct: float = 0.0,
     ``min_cost_pct`` drops findings costing less than that percent of the trace duration.
     ``context`` (optional) collects the notes of skipped rules and caches results.
     """
-    from traceatlas.advisor import efficiency
+    from traceatlas.advisor import efficiency, gpu_bound
 
     ctx = context if context is not None else Context(trace, path)
     order = list(rules if rules is not None else RULES)
@@ -38,6 +38,7 @@ def advise(trace: Trace, *, path: str = "PATH", min_cost_pct: float = 0.0,
     for name in order:
         findings.extend(get_rule(name)(ctx))
     findings.extend(efficiency.apply(ctx, findings))
+    gpu_bound.cap_host_side(findings)  # a host waiting for a busy GPU is healthy
     floor = min_cost_pct / 100 * ctx.span_ns
     kept = [f for f in findings if f.cost_ns >= floor and f.cost_ns > 0]
     for finding in kept:
@@ -48,7 +49,9 @@ def advise(trace: Trace, *, path: str = "PATH", min_cost_pct: float = 0.0,
             ctx.notes.append(f"{finding.rule}: suggested command dropped ({why}): "
                              f"{finding.command}")
             finding.command = ""
-    return rank_findings(kept, order)
+    ranked = rank_findings(kept, order)  # a GPU-bound run: that is the top finding
+    return ([f for f in ranked if f.rule == gpu_bound.NAME]
+            + [f for f in ranked if f.rule != gpu_bound.NAME])
 
 
 def rank_findings(findings: list[Finding], order: list[str] | None = None) -> list[Finding]:

@@ -40,6 +40,7 @@ RULE_CAUSE: Mapping[str, str] = {
     "bimodal": "bimodal_kernel",
     "low_tensor": "low_tensor_use",
     "efficiency": "inefficiency",
+    "gpu_bound": "gpu_bound",
 }
 """A rule's cause when its finding does not name one."""
 

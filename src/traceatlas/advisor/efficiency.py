@@ -11,6 +11,10 @@ Extra findings (rule ``efficiency``): each metric below 0.8 that is a fraction (
 deepest factor that explains the loss), and that no rule's finding names.
 Cost (ns): (1 - value) x the trace duration: the share of the run the factor loses.
 Statement: "Host load balance is 0.72, below POP's 0.8 target".
+GPU-bound runs (a ``gpu_bound`` finding among the rules' findings): a low offload or
+orchestration efficiency is the host waiting for a busy device, the healthy state: its
+finding is ``info`` and says so. Fields: ``cause`` ``inefficiency``, ``ranks`` every rank
+(a run-scope value).
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ DEVICE_COMM_NEXT = ("The device moves data while no compute kernel runs: NCCL ke
                     "memory transfers (memcpy/memset, host-device copies included) count "
                     "here; see which dominates per stream.", ("breakdown", "efficiency"))
 """Next step for the device communication and transfers efficiency."""
+HOST_WAITS_FOR_DEVICE = ("offload_efficiency", "orchestration_efficiency")
+"""Metrics whose loss is the host waiting for the device (healthy when GPU-bound)."""
 
 
 def _device_split(ctx: Context, metric: str) -> str:
@@ -75,7 +81,8 @@ def apply(ctx: Context, findings: list[Finding]) -> list[Finding]:
            if not m.endswith("_ns") and 0.0 <= v < POP_THRESHOLD}
     explained = {f.metric for f in findings}
     has_low_child = {ctx.parents.get(m) for m in low}
-    return [_finding(ctx, m, v) for m, v in sorted(low.items())
+    busy = any(f.rule == "gpu_bound" for f in findings)
+    return [_finding(ctx, m, v, gpu_bound=busy) for m, v in sorted(low.items())
             if m not in explained and m not in has_low_child]
 
 
@@ -89,16 +96,23 @@ def words(metric: str) -> str:
     return label[0].upper() + label[1:]
 
 
-def _finding(ctx: Context, metric: str, value: float) -> Finding:
+def _finding(ctx: Context, metric: str, value: float, *, gpu_bound: bool = False
+             ) -> Finding:
     suffix = next((k for k in NEXT if metric.endswith(k)), None)
     step, analyses = NEXT[suffix] if suffix else (
         "Look at the efficiency tree for the factor below it.", ("efficiency",))
     if metric == "device_communication_efficiency":
         step, analyses = DEVICE_COMM_NEXT
+    healthy = gpu_bound and metric.endswith(HOST_WAITS_FOR_DEVICE)
+    if healthy:
+        step = ("Expected while the GPU is the bottleneck: the host waits for a busy "
+                "device. Speed up the device work (see the GPU-bound finding).")
     cost = round((1 - value) * ctx.span_ns)
     return Finding(
         rule=NAME,
-        statement=f"{words(metric)} is {value:.2f}, below POP's {POP_THRESHOLD} target",
+        statement=(f"{words(metric)} is {value:.2f}, below POP's {POP_THRESHOLD} target"
+                   + ("; expected, the run is GPU-bound (the host waits for a busy "
+                      "device)" if healthy else "")),
         cost_ns=cost,
         evidence=(f"{metric} = {value:.3f} (efficiency analysis, whole run); (1 - value) x "
                   f"run duration {fmt_ns(ctx.span_ns)} = {fmt_ns(cost)}"
@@ -107,5 +121,7 @@ def _finding(ctx: Context, metric: str, value: float) -> Finding:
         command=first_runnable(ctx, analyses),
         metric=metric,
         efficiency=value,
-        severity="high",
+        severity="info" if healthy else "high",
+        cause="inefficiency",
+        ranks=list(ctx.trace.ranks),
     )

@@ -14,6 +14,7 @@ from traceatlas.advisor.base import Context, Finding
 Rule = Callable[[Context], list[Finding]]
 
 RULES: Mapping[str, str] = {
+    "gpu_bound": "traceatlas.advisor.gpu_bound:check",
     "load_imbalance": "traceatlas.advisor.load_imbalance:check",
     "host_wait": "traceatlas.advisor.host_wait:check",
     "host_sync": "traceatlas.advisor.host_sync:check",

@@ -4,7 +4,9 @@ between them; a per-rank summary of short kernels and long delays.
 A row is one device activity (kernel or comm kernel; with ``memory=true``, the default as
 in HTA, also memcpy and memset) whose ``correlation`` matches a host runtime or driver
 call on the same rank (the first such call when several share the id). A CUDA graph launch
-gives one row per kernel, all with the same launch call.
+gives one row per kernel, all with the same launch call: ``graph`` is true on those rows
+(the call is a ``*GraphLaunch*`` or its correlation id has more than one device activity)
+and ``launch_kernels`` counts the device activities of the row's launch call.
 
 Columns: ``rank``, ``correlation``, ``name`` and ``category`` of the device activity,
 ``stream``, ``launch_name`` (e.g. ``cudaLaunchKernel``), ``cpu_start_ns`` and
@@ -12,15 +14,26 @@ Columns: ``rank``, ``correlation``, ``name`` and ``category`` of the device acti
 ``gpu_ns`` (start and duration of the device activity), ``launch_delay_ns`` = device
 start - launch call END, clipped at 0 (HTA's ``launch_delay`` in
 ``cuda_kernel_launch_stats``: the time the work waited after the call returned), and
-``start_to_start_ns`` = device start - launch call start (not clipped).
+``start_to_start_ns`` = device start - launch call start (not clipped), ``step`` (the
+device row's step, -1 outside steps).
 
-Extra table ``summary``, per rank: ``launches``; ``short_kernels`` (``gpu_ns <
-short_kernel_ns``) and their ``short_kernels_gpu_ns``; ``shorter_than_launch`` (``gpu_ns <
-cpu_launch_ns``: the device ran for less time than the host took to launch it, the "short
-kernel" of HTA and of the TensorBoard plugin); ``long_launches`` (``cpu_launch_ns >
+Extra table ``summary``, per rank. Counted per launch *call* (a graph launch is one
+launch, its kernels are not compared with a call of their own): ``launches`` (calls);
+``graph_launches`` and ``graph_kernels`` (device activities they launched);
+``shorter_than_launch`` (calls whose device time, summed over their activities, is below
+``cpu_launch_ns``: the device ran for less time than the host took to launch it, the
+"short kernel" of HTA and of the TensorBoard plugin); ``long_launches`` (``cpu_launch_ns >
 long_launch_ns``, HTA's runtime outliers, cutoff 50 us) and their ``long_launches_cpu_ns``;
-``long_delays`` (``launch_delay_ns > long_delay_ns``, HTA's launch-delay outliers, cutoff
-100 us) and their ``long_delays_ns``. Times in ns.
+``long_delays`` (delay of the call's first activity > ``long_delay_ns``, HTA's
+launch-delay outliers, cutoff 100 us) and their ``long_delays_ns``. Counted per device
+activity: ``short_kernels`` (``gpu_ns < short_kernel_ns``) and their
+``short_kernels_gpu_ns``. Times in ns.
+
+Extra table ``graphs``, one row per graph launch call: ``rank``, ``correlation``,
+``launch_name``, ``cpu_start_ns``, ``cpu_launch_ns``, ``step``, ``kernels`` (device
+activities launched), ``streams``, ``gpu_start_ns`` (first activity start), ``gpu_end_ns``
+(last end), ``gpu_ns`` (sum of the activities' durations), ``busy_ns`` (their union),
+``launch_delay_ns`` (first activity start - call end, clipped at 0).
 
 Differences from HTA: HTA matches only ``cudaLaunchKernel``, ``cudaLaunchKernelExC`` and
 ``cudaMemcpyAsync``/``cudaMemsetAsync`` by name; we take any runtime or driver call with
@@ -47,7 +60,10 @@ KERNELS = ("kernel", "comm_kernel")
 LAUNCH_CATEGORIES = ("runtime", "driver")
 COLUMNS = ("rank", "correlation", "name", "category", "stream", "launch_name",
            "cpu_start_ns", "cpu_launch_ns", "gpu_start_ns", "gpu_ns", "launch_delay_ns",
-           "start_to_start_ns")
+           "start_to_start_ns", "step", "graph", "launch_kernels")
+GRAPH_LAUNCH = r"(?i)graphlaunch"
+"""Runtime/driver calls that replay a captured graph (cudaGraphLaunch, cuGraphLaunch,
+hipGraphLaunch)."""
 
 
 class Launch:
@@ -86,20 +102,64 @@ class Launch:
         )
         device = rows.filter(cat.is_in(cats)).select(
             "rank", "correlation", pl.col("name").cast(pl.String), cat.alias("category"),
-            "stream", pl.col("start_ns").alias("gpu_start_ns"), pl.col("dur_ns").alias("gpu_ns"))
+            "stream", pl.col("start_ns").alias("gpu_start_ns"), pl.col("dur_ns").alias("gpu_ns"),
+            pl.col("end_ns").alias("_gpu_end"), "step")
+        per_call = pl.len().over("rank", "correlation").cast(pl.Int64)
         table = (
             device.join(host, on=["rank", "correlation"], how="inner")
             .with_columns(
                 launch_delay_ns=(pl.col("gpu_start_ns") - pl.col("_cpu_end")).clip(lower_bound=0),
                 start_to_start_ns=pl.col("gpu_start_ns") - pl.col("cpu_start_ns"),
+                launch_kernels=per_call,
+                graph=(per_call > 1) | pl.col("launch_name").str.contains(GRAPH_LAUNCH),
             )
-            .select(COLUMNS)
             .sort("rank", "correlation", "gpu_start_ns")
-            .collect()
         )
-        summary = _summary(table.lazy(), params).collect()
-        return Result(table, extra={"summary": summary}, notes=[
-            "launch_delay_ns = device start - launch call end, clipped at 0 (HTA)"])
+        frame, graphs = pl.collect_all([table.select(COLUMNS), graph_launches(table)])
+        summary = _summary(frame.lazy(), params).collect()
+        notes = ["launch_delay_ns = device start - launch call end, clipped at 0 (HTA)"]
+        if graphs.height:
+            notes.append(f"{graphs.height} graph launches ran {int(graphs['kernels'].sum())} "
+                         "device activities; each graph launch counts as one launch")
+        return Result(frame, extra={"summary": summary, "graphs": graphs}, notes=notes)
+
+
+def calls(table: pl.LazyFrame) -> pl.LazyFrame:
+    """One row per launch call (``rank, correlation``): ``launch_name``, ``cpu_start_ns``,
+    ``cpu_launch_ns``, ``graph``, ``kernels``, ``gpu_ns`` (summed device time),
+    ``launch_delay_ns`` (of its first activity), ``step``, ``name`` (its first activity)."""
+    import polars as pl
+
+    return (table.sort("rank", "correlation", "gpu_start_ns")
+            .group_by("rank", "correlation", maintain_order=True).agg(
+                pl.col("launch_name", "cpu_start_ns", "cpu_launch_ns", "graph", "name",
+                       "step").first(),
+                pl.len().cast(pl.Int64).alias("kernels"),
+                pl.col("gpu_ns").sum(),
+                pl.col("launch_delay_ns").min()))
+
+
+def graph_launches(table: pl.LazyFrame) -> pl.LazyFrame:
+    """The ``graphs`` table from the joined rows (needs ``_gpu_end`` and ``_cpu_end``)."""
+    import polars as pl
+
+    from traceatlas.ops.unions import union_ns
+
+    keys = ["rank", "correlation"]
+    rows = table.filter(pl.col("graph"))
+    busy = union_ns(rows.select(*keys, pl.col("gpu_start_ns").alias("start_ns"),
+                                pl.col("_gpu_end").alias("end_ns")), keys, "busy_ns")
+    return (rows.group_by(keys).agg(
+        pl.col("launch_name", "cpu_start_ns", "cpu_launch_ns", "step").first(),
+        pl.len().cast(pl.Int64).alias("kernels"),
+        pl.col("stream").n_unique().cast(pl.Int64).alias("streams"),
+        pl.col("gpu_start_ns").min(), pl.col("_gpu_end").max().alias("gpu_end_ns"),
+        pl.col("gpu_ns").sum(), pl.col("launch_delay_ns").min())
+        .join(busy, on=keys, how="left")
+        .select(*keys, "launch_name", "cpu_start_ns", "cpu_launch_ns", "step", "kernels",
+                "streams", "gpu_start_ns", "gpu_end_ns", "gpu_ns", "busy_ns",
+                "launch_delay_ns")
+        .sort(*keys))
 
 
 def _summary(table: pl.LazyFrame, params: Mapping[str, Any]) -> pl.LazyFrame:
@@ -112,13 +172,19 @@ def _summary(table: pl.LazyFrame, params: Mapping[str, Any]) -> pl.LazyFrame:
     def count(cond: pl.Expr) -> pl.Expr:
         return cond.sum().cast(pl.Int64)
 
-    return table.group_by("rank").agg(
+    per_call = calls(table).group_by("rank").agg(
         pl.len().cast(pl.Int64).alias("launches"),
-        count(short).alias("short_kernels"),
-        pl.col("gpu_ns").filter(short).sum().alias("short_kernels_gpu_ns"),
+        count(pl.col("graph")).alias("graph_launches"),
+        pl.col("kernels").filter(pl.col("graph")).sum().cast(pl.Int64).alias("graph_kernels"),
         count(pl.col("gpu_ns") < pl.col("cpu_launch_ns")).alias("shorter_than_launch"),
         count(long_launch).alias("long_launches"),
         pl.col("cpu_launch_ns").filter(long_launch).sum().alias("long_launches_cpu_ns"),
         count(long_delay).alias("long_delays"),
-        pl.col("launch_delay_ns").filter(long_delay).sum().alias("long_delays_ns"),
-    ).sort("rank")
+        pl.col("launch_delay_ns").filter(long_delay).sum().alias("long_delays_ns"))
+    per_row = table.group_by("rank").agg(
+        count(short).alias("short_kernels"),
+        pl.col("gpu_ns").filter(short).sum().alias("short_kernels_gpu_ns"))
+    return per_call.join(per_row, on="rank", how="left").select(
+        "rank", "launches", "graph_launches", "graph_kernels", "short_kernels",
+        "short_kernels_gpu_ns", "shorter_than_launch", "long_launches",
+        "long_launches_cpu_ns", "long_delays", "long_delays_ns").sort("rank")

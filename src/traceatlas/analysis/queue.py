@@ -3,9 +3,11 @@ memcpy/memset bandwidth by kind (HTA's queue length and memory bandwidth time se
 
 Queue length of a stream: device activities (kernels, communication kernels, memcpy,
 memset) launched and not yet finished: +1 at the start of the launch call (runtime or
-driver call with the activity's correlation id, earliest when several; a CUDA graph
-launch enqueues all its kernels), -1 at the activity's end (``until=start``: at its
-start, HTA's convention). A launch stamped after the activity's start (clock skew) is
+driver call with the activity's correlation id, earliest when several), -1 at the
+activity's end (``until=start``: at its start, HTA's convention). A CUDA graph launch (one
+launch call, several activities with its correlation id) is one entry per stream it runs
+on, from the launch to the end of its last activity there (``until=start``: the start of
+its first), and counts as one launch. A launch stamped after the activity's start (clock skew) is
 taken at that start, so the length is never negative and an activity is in its queue at
 least while it runs. Activities without a matched launch
 are left out (counted in a note), as in HTA.
@@ -85,9 +87,13 @@ class Queue:
             "rank", pl.col("device").fill_null(-1), pl.col("stream").fill_null(-1),
             "start_ns", "end_ns", "correlation")
         leave = pl.col("end_ns" if params["until"] == "end" else "start_ns")
+        # Activities of one launch call (a graph launch) on one stream: one queue entry.
         linked = (device.join(launches(trace), on=["rank", "correlation"], how="inner")
-                  .select(*KEYS, pl.min_horizontal("launch_ns", "start_ns").alias("enter"),
-                          leave.alias("leave")))
+                  .group_by(*KEYS, "correlation")
+                  .agg(pl.min_horizontal("launch_ns", "start_ns").min().alias("enter"),
+                       (leave.max() if params["until"] == "end" else leave.min())
+                       .alias("leave"))
+                  .select(*KEYS, "enter", "leave"))
         series = queue_series(linked)
         table = queue_summary(series, linked, int(params["max_queue"]))
         unmatched = device.join(launches(trace), on=["rank", "correlation"], how="anti")

@@ -122,6 +122,8 @@ class _Launch:
     correlation: int
     device_args: dict[str, Any] = field(default_factory=dict)
     flow: bool = True
+    host_call: bool = True
+    """False for the 2nd.. kernels of a graph launch: they share the first one's call."""
 
 
 @dataclass
@@ -279,6 +281,39 @@ class TraceBuilder:
         ))
         return corr
 
+    def graph_launch(
+        self,
+        kernels: Sequence[tuple[str, int, int]],
+        cpu_start_ns: int,
+        cpu_dur_ns: int,
+        *,
+        stream: int = 7,
+        tid: int | None = None,
+        runtime_name: str = "cudaGraphLaunch",
+    ) -> int:
+        """A CUDA graph replay: one ``cudaGraphLaunch`` call over [cpu_start_ns,
+        cpu_start_ns + cpu_dur_ns) and one ``kernel`` event per ``(name, gpu_start_ns,
+        gpu_dur_ns)``, all with the call's correlation id (and one ``f`` flow each), as
+        Kineto writes a graph launch. Returns the correlation id."""
+        if not kernels:
+            raise ValueError("a graph launch needs at least one kernel")
+        first = len(self._launches)
+        corr = 0
+        for i, (name, gpu_start_ns, gpu_dur_ns) in enumerate(kernels):
+            if i == 0:
+                corr = self.launch(name, cpu_start_ns, cpu_dur_ns, gpu_start_ns, gpu_dur_ns,
+                                   stream=stream, tid=tid, runtime_name=runtime_name)
+                continue
+            _check_range(gpu_start_ns, gpu_start_ns + gpu_dur_ns)
+            head = self._launches[first]
+            self._launches.append(_Launch(
+                kind="kernel", name=name, runtime_name=runtime_name, cbid=head.cbid,
+                tid=head.tid, cpu_start_ns=cpu_start_ns, cpu_dur_ns=cpu_dur_ns,
+                gpu_start_ns=gpu_start_ns, gpu_dur_ns=gpu_dur_ns, stream=stream,
+                gpu_tid=stream, correlation=corr, device_args=dict(head.device_args),
+                host_call=False))
+        return corr
+
     def sync(
         self,
         cpu_start_ns: int,
@@ -359,6 +394,8 @@ class TraceBuilder:
             op = self._linked_op(ln.tid, ln.cpu_start_ns)
             link = op.external_id if op is not None else None
             linked[ln.correlation] = link
+            if not ln.host_call:
+                continue
             head = {"External id": link} if link is not None else {}
             out.append(_x("cuda_runtime", ln.runtime_name, pid, ln.tid, ln.cpu_start_ns,
                           ln.cpu_dur_ns,
