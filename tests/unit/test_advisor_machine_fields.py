@@ -9,8 +9,14 @@ from pathlib import Path
 import pytest
 
 import traceatlas
-from traceatlas.advisor import Context, bimodal, exposed_comm, load_imbalance, memcpy_stream
-from traceatlas.advisor import straggler
+from traceatlas.advisor import (
+    Context,
+    bimodal,
+    exposed_comm,
+    load_imbalance,
+    memcpy_stream,
+    straggler,
+)
 from traceatlas.testing import Collective, TraceBuilder, write_multi_rank
 
 BASE = 1_700_000_000_000_000_000
