@@ -102,7 +102,7 @@ def checked(request: pytest.FixtureRequest, traces_dir: Path
         findings = analysis.run("advisor", trace, {"top": "0"}).table.to_dicts()
         try:
             steps = analysis.run("steps", trace, {}).table
-            longest = float(steps["dur_ns"].max()) / 1e6 if steps.height else None
+            longest = max(steps["dur_ns"].to_list()) / 1e6 if steps.height else None
         except TraceAtlasError:
             longest = None
     return name, summary, findings, longest
