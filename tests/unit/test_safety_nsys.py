@@ -267,3 +267,22 @@ def test_counts_add_up_over_parallel_pieces(tmp_path: Path,
         "k2", "k3", "k6", "k7", "k8"]
     assert any("has 3 row(s) with text" in m and "start 2, streamId 1" in m for m in messages)
     assert any("has 1 row(s) ending before they start" in m for m in messages)
+
+
+def test_text_that_is_not_utf8(tmp_path: Path) -> None:
+    """SQLite stores any bytes as TEXT: a damaged name is shown with U+FFFD and counted
+    (before: UnicodeDecodeError traceback from pyarrow, or an SQLite error for the whole
+    file when a process name was damaged)."""
+    path = _export(tmp_path)
+    _sql(path, "UPDATE StringIds SET value = CAST(x'6be080a8' AS TEXT) "
+         "WHERE value = 'relu:x:fused'",
+         "UPDATE NVTX_EVENTS SET text = CAST(x'72ff' AS TEXT) WHERE text = 'fwd'",
+         "UPDATE PROCESSES SET name = CAST(x'ff' AS TEXT)")
+    rank, messages = _read(path)
+    names = {n for rows in _by_category(rank).values() for n, _s, _e in rows}
+    assert {"k\ufffd\ufffd\ufffd", "r\ufffd"} <= names
+    assert f"{path}: table {KERNEL_TABLE} has 1 row(s) with text that is not UTF-8 (names " \
+        "or args); shown with U+FFFD" in messages
+    assert any("table NVTX_EVENTS has 1 row(s) with text that is not UTF-8" in m
+               for m in messages)
+    assert any("1 text value(s) of the small tables" in m for m in messages)

@@ -115,13 +115,34 @@ def read_export(path: str, display: str, *, threads: int = 1) -> list[RankData]:
         con = sqlite3.connect(uri, uri=True)
     except sqlite3.Error as exc:
         raise CorruptTraceError(display, f"cannot open SQLite file ({exc})") from exc
+    text = _Text()
+    con.text_factory = text
     try:
-        return _read(con, uri, display, threads)
+        ranks = _read(con, uri, display, threads)
+        if text.bad:
+            warnings.warn(f"{display}: {text.bad} text value(s) of the small tables (thread "
+                          "and process names, metadata) are not UTF-8; shown with U+FFFD",
+                          DataQualityWarning, stacklevel=2)
+        return ranks
     except (sqlite3.Error, DriverError, ReadError) as exc:
         detail = _DRIVER_PREFIX.sub("", str(exc))
         raise CorruptTraceError(display, f"SQLite error ({detail})") from exc
     finally:
         con.close()
+
+
+class _Text:
+    """sqlite3 text factory: UTF-8, with invalid bytes as U+FFFD (counted in ``bad``)."""
+
+    def __init__(self) -> None:
+        self.bad = 0
+
+    def __call__(self, value: bytes) -> str:
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            self.bad += 1
+            return value.decode("utf-8", errors="replace")
 
 
 def _check_size(head: bytes, size: int, display: str) -> None:

@@ -40,6 +40,54 @@ def _plain(type_: pa.DataType) -> pa.DataType:
     return type_.value_type if pa.types.is_dictionary(type_) else type_
 
 
+def fix_utf8(table: pa.Table) -> tuple[pa.Table, int]:
+    """``table`` with text that is not UTF-8 (SQLite does not check what it stores; the
+    driver hands it over as is) decoded with U+FFFD, and the number of rows with such a
+    value. Valid text (the usual case) costs one validation pass per column."""
+    rows = np.zeros(table.num_rows, dtype=bool)
+    columns: list[pa.ChunkedArray] = []
+    for col in table.columns:
+        if not (pa.types.is_string(col.type) or pa.types.is_dictionary(col.type)):
+            columns.append(col)
+            continue
+        chunks, at = [], 0
+        for chunk in col.chunks:
+            is_dict = pa.types.is_dictionary(chunk.type)
+            values = chunk.dictionary if is_dict else chunk
+            try:
+                values.validate(full=True)
+            except pa.ArrowInvalid:
+                text, bad = _decode(values.cast(pa.binary()).to_pylist())
+                if is_dict:
+                    hit = np.isin(chunk.indices.to_numpy(zero_copy_only=False),
+                                  np.flatnonzero(bad))
+                    chunk = pa.DictionaryArray.from_arrays(chunk.indices, text)
+                else:
+                    hit, chunk = bad, text
+                rows[at:at + len(chunk)] |= hit
+            chunks.append(chunk)
+            at += len(chunk)
+        columns.append(pa.chunked_array(chunks, col.type))
+    fixed = int(rows.sum())
+    return (pa.Table.from_arrays(columns, schema=table.schema) if fixed else table), fixed
+
+
+def _decode(raw: list[bytes | None]) -> tuple[pa.Array, np.ndarray[Any, np.dtype[np.bool_]]]:
+    """UTF-8 text of ``raw`` (invalid bytes as U+FFFD) and which values were invalid."""
+    text: list[str | None] = []
+    bad = np.zeros(len(raw), dtype=bool)
+    for i, value in enumerate(raw):
+        if value is None:
+            text.append(None)
+            continue
+        try:
+            text.append(value.decode("utf-8"))
+        except UnicodeDecodeError:
+            text.append(value.decode("utf-8", errors="replace"))
+            bad[i] = True
+    return pa.array(text, pa.string()), bad
+
+
 class ReadError(Exception):
     """A query result the driver could not hand over (e.g. a damaged page)."""
 

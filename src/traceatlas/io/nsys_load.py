@@ -35,7 +35,16 @@ import pyarrow.compute as pc
 
 from traceatlas.errors import CorruptTraceError, DataQualityWarning
 from traceatlas.io import nsys_schema as ns
-from traceatlas.io.nsys_adbc import DICT, Db, DriverError, Job, ReadError, Shape, run_jobs
+from traceatlas.io.nsys_adbc import (
+    DICT,
+    Db,
+    DriverError,
+    Job,
+    ReadError,
+    Shape,
+    fix_utf8,
+    run_jobs,
+)
 from traceatlas.io.nsys_schema import Catalog, Columns, literal, quote
 from traceatlas.io.quality import Note, report
 
@@ -156,7 +165,8 @@ class Read:
                 # with every member turned to hex when it is a blob (slower; rare)
                 exprs = {**exprs, "args": self._args(db, self.args, condition, blob_safe=True)}
                 table, flags = self._fetch(db, exprs, tail, flag)
-            stats = {"bad_rows": [int(np.count_nonzero(flags))]}
+            table, bad_text = fix_utf8(table)
+            stats = {"bad_rows": [int(np.count_nonzero(flags))], "bad_text": [bad_text]}
             if stats["bad_rows"][0] and self.checks is not None:  # rare: count per column
                 counts = db.rows(f"SELECT {self.checks.bad_counts()} {tail}")[0]
                 stats |= {f"bad:{c}": [int(n or 0)]
@@ -277,6 +287,7 @@ def _report_stats(cat: Catalog, reads: list[Read], stats: list[dict[str, int]]) 
             "those rows were dropped",
             counts["bad_rows"], spec.categories if spec else (),
             tables=spec.tables if spec else ()), stacklevel=4)
+    _report_text(cat, reads, stats)
     total = sum(n for _read, n in unresolved.values())
     if total and not cat.rows("StringIds"):
         raise CorruptTraceError(cat.display, f"none of the {total} event names can be "
@@ -557,6 +568,20 @@ def _clip_ends(ev: pa.Table, cat: Catalog) -> pa.Table:
         index = ev.schema.get_field_index("end")
         ev = ev.set_column(index, "end", pc.coalesce(ev["end"], ev["start"]))
     return ev
+
+
+def _report_text(cat: Catalog, reads: list[Read], stats: list[dict[str, int]]) -> None:
+    """Warn about (and note) the rows whose text was not UTF-8, per table."""
+    bad: dict[str, tuple[Read, int]] = {}
+    for read, counts in zip(reads, stats, strict=True):
+        if counts["bad_text"] > bad.get(read.table, (read, 0))[1]:
+            bad[read.table] = (read, counts["bad_text"])
+    for table, (read, n) in sorted(bad.items()):
+        spec = read.checks.spec if read.checks is not None else None
+        report(cat.notes, Note(
+            cat.display, f"table {table}", f"has {n} row(s) with text that is not UTF-8 "
+            "(names or args); shown with U+FFFD", n, spec.categories if spec else (),
+            ("name", "args"), spec.tables if spec else ()), stacklevel=5)
 
 
 def _drop_reversed(p2p: pa.Table, cat: Catalog, spec: ns.SourceTable) -> pa.Table:
