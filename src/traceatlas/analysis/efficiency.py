@@ -20,7 +20,10 @@ Host side (host-thread tracks). Useful time of a thread:
 
 - Paraver traces with states: the thread's state Running (state value 1).
 - Otherwise: the time covered by the thread's intervals (union) minus the time inside
-  the parallel runtimes: category ``mpi``; category ``sync``; ``runtime``/``driver``
+  the parallel runtimes: category ``mpi``, and collectives run by the host under other
+  categories (``ops.host_activity.HOST_COLLECTIVE``: gloo, MPI, c10d ops), which count as
+  MPI time everywhere below (a gloo all-reduce is communication on the host; while one
+  runs on a helper thread, no thread of the rank is useful); ``sync``; ``runtime``/``driver``
   calls whose name contains ``Synchronize`` (blocking device-runtime calls, e.g.
   cudaDeviceSynchronize, cudaStreamSynchronize, hipDeviceSynchronize); ``openmp``
   intervals whose name is a synchronisation construct (barrier, wait, lock, flush,
@@ -84,6 +87,7 @@ from traceatlas.analysis.base import Param, Result
 from traceatlas.analysis.efficiency_labels import LABELS, metric_label
 from traceatlas.analysis.requirements import DEVICE_WORK
 from traceatlas.errors import InputError
+from traceatlas.ops.host_activity import HOST_COLLECTIVE
 from traceatlas.ops.unions import union_segments
 
 if TYPE_CHECKING:
@@ -311,7 +315,10 @@ def _host(trace: Trace, view: Trace, region: Region, rows: Rows, notes: list[str
         (pl.col("cat") == "state") & pl.col("args").str.contains(RUNNING, literal=True))
         .otherwise(pl.col("cat") != "state")) if state_ranks else iv.filter(
         pl.col("cat") != "state")
-    runtime = (pl.col("cat").is_in(("mpi", "sync"))
+    host_comm = (pl.col("cat") == "mpi") | (
+        pl.col("cat").is_in(("annotation", "cpu_op", "python", "other"))
+        & pl.col("name").str.contains(HOST_COLLECTIVE))
+    runtime = (host_comm | (pl.col("cat") == "sync")
                | (pl.col("cat").is_in(("runtime", "driver")) & pl.col("name").str.contains(
                    SYNC_CALL))
                | ((pl.col("cat") == "openmp") & pl.col("name").str.contains(OMP_SYNC)))
@@ -320,23 +327,39 @@ def _host(trace: Trace, view: Trace, region: Region, rows: Rows, notes: list[str
     n_seg = clip(union_segments(not_useful, keys), region)
     # Threads useful at once per rank: +1/-1 over covered segments, -1/+1 over runtime
     # segments (runtime time is inside the thread's covered time).
+    # A collective run by a helper thread (gloo) blocks the whole process: while it runs,
+    # no thread of the rank counts as useful (b > 0), as MPI time on a one-thread rank.
+    b_seg = clip(union_segments(iv.filter(host_comm & (pl.col("cat") != "mpi")), ["rank"]),
+                 region)
+    zero = pl.lit(0)
     events = pl.concat([
-        c_seg.select("rank", pl.col("start_ns").alias("ts"), pl.lit(1).alias("d")),
-        c_seg.select("rank", pl.col("end_ns").alias("ts"), pl.lit(-1).alias("d")),
-        n_seg.select("rank", pl.col("start_ns").alias("ts"), pl.lit(-1).alias("d")),
-        n_seg.select("rank", pl.col("end_ns").alias("ts"), pl.lit(1).alias("d")),
+        c_seg.select("rank", pl.col("start_ns").alias("ts"), pl.lit(1).alias("d"),
+                     zero.alias("b")),
+        c_seg.select("rank", pl.col("end_ns").alias("ts"), pl.lit(-1).alias("d"),
+                     zero.alias("b")),
+        n_seg.select("rank", pl.col("start_ns").alias("ts"), pl.lit(-1).alias("d"),
+                     zero.alias("b")),
+        n_seg.select("rank", pl.col("end_ns").alias("ts"), pl.lit(1).alias("d"),
+                     zero.alias("b")),
+        b_seg.select("rank", pl.col("start_ns").alias("ts"), zero.alias("d"),
+                     pl.lit(1).alias("b")),
+        b_seg.select("rank", pl.col("end_ns").alias("ts"), zero.alias("d"),
+                     pl.lit(-1).alias("b")),
     ])
-    level = (events.group_by("rank", "ts").agg(pl.col("d").sum()).sort("rank", "ts")
+    level = (events.group_by("rank", "ts").agg(pl.col("d").sum(), pl.col("b").sum())
+             .sort("rank", "ts")
              .with_columns(level=pl.col("d").cum_sum().over("rank"),
+                           blocked=pl.col("b").cum_sum().over("rank"),
                            nxt=pl.col("ts").shift(-1).over("rank")))
-    proc = (level.filter((pl.col("level") > 0) & pl.col("nxt").is_not_null())
+    proc = (level.filter((pl.col("level") > 0) & (pl.col("blocked") <= 0)
+                         & pl.col("nxt").is_not_null())
             .group_by("rank").agg((pl.col("nxt") - pl.col("ts")).sum().alias("useful_ns")))
 
     def total(frame: pl.LazyFrame, name: str) -> pl.LazyFrame:
         return frame.group_by(keys).agg((pl.col("end_ns") - pl.col("start_ns")).sum()
                                         .alias(name))
 
-    mpi_iv = iv.filter(pl.col("cat") == "mpi")
+    mpi_iv = iv.filter(host_comm)
     gpu_iv = iv.filter(pl.col("cat").is_in(("runtime", "driver", "sync")))
     thread = threads.lazy()
     for part in (total(c_seg, "covered_ns"), total(n_seg, "runtime_ns"),

@@ -21,6 +21,9 @@ told apart: ``host_wait_ns`` is null there and those gaps count as kernel wait o
 (HTA silently counts them so); device activity whose launch is missing while others
 match is classified the same way and counted in a note.
 
+Extra table ``causes``: what the launching threads did during the host-wait gaps
+(``traceatlas.analysis.idle_causes``), per rank, device, stream, step and cause.
+
 Extra table ``stats``: per rank, device, stream and ``category``: ``count`` of idle
 intervals, ``total_ns``, ``mean_ns``, ``p50_ns``, ``p95_ns`` (linear interpolation, as
 pandas ``describe``), ``max_ns``.
@@ -47,6 +50,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from traceatlas.analysis import idle_causes
 from traceatlas.analysis.base import MAX_NS, Param, Result
 from traceatlas.analysis.requirements import DEVICE_WORK
 from traceatlas.ops.unions import union_ns
@@ -111,8 +115,11 @@ class Idle:
         unmatched = (device.join(launch_known, on="rank", how="semi")
                      .join(launch, on=["rank", "correlation"], how="anti")
                      .select(pl.len()))
-        table_df, stats_df, unmatched_df = pl.collect_all([table, stats, unmatched])
-        return Result(table_df, extra={"stats": stats_df},
+        host_gaps = gaps.filter(pl.col("category") == "host_wait")
+        table_df, stats_df, unmatched_df, host_df = pl.collect_all(
+            [table, stats, unmatched, host_gaps])
+        causes = idle_causes.causes(trace, host_df, device_df)
+        return Result(table_df, extra={"stats": stats_df, "causes": causes},
                       notes=_notes(table_df, int(unmatched_df.item())))
 
 
@@ -122,7 +129,7 @@ def _device_work(trace: Trace) -> pl.LazyFrame:
     cat = pl.col("category").cast(pl.String)
     return trace.intervals.filter(cat.is_in(DEVICE_WORK)).select(
         "rank", pl.col("device").fill_null(-1), pl.col("stream").fill_null(-1),
-        "start_ns", "end_ns", "correlation")
+        "start_ns", "end_ns", "correlation", "step", pl.col("name").cast(pl.String))
 
 
 def launches(trace: Trace) -> pl.LazyFrame:
@@ -146,8 +153,9 @@ def idle_gaps(
 ) -> pl.LazyFrame:
     """One row per idle interval (gap > 0 ns) on a stream: ``rank, device, stream,
     start_ns`` (the activity after the gap), ``prev_end_ns``, ``gap_ns``, ``launch_ns``
-    (null without a matched launch) and ``category``. ``device``/``launch``: frames
-    already read (``_device_work``, ``launches``), to avoid scanning the store again."""
+    (null without a matched launch), ``category`` and ``step`` (of the activity after).
+    ``device``/``launch``: frames already read (``_device_work``, ``launches``), to avoid
+    scanning the store again."""
     import polars as pl
 
     ordered = (
@@ -165,7 +173,7 @@ def idle_gaps(
         .otherwise(pl.lit("other"))
     )
     return ordered.select(*KEYS, "start_ns", "prev_end_ns", "gap_ns", "launch_ns",
-                          category.alias("category"))
+                          category.alias("category"), "step")
 
 
 def _notes(table: pl.DataFrame, unmatched: int) -> list[str]:

@@ -1,0 +1,143 @@
+"""What the host was doing: host intervals sorted into cause classes, and the painted
+timeline that gives, for every instant, the class with the highest priority (numpy).
+
+Classes, in priority order (a lower number wins when several cover an instant):
+
+0. ``host_collective`` (own): a collective on a launching thread (gloo, MPI, c10d,
+   ``record_param_comms``, category ``mpi``);
+1. ``data_loading``: a DataLoader ``__next__`` or collate on a launching thread;
+2. ``host_sync``: a synchronising call (``cuda*Synchronize``, ``aten::item``,
+   ``aten::_local_scalar_dense``, ``nonzero``-style ops, a synchronous ``cudaMemcpy``, a
+   launch whose copy goes to or from pageable memory) *and its shadow*: from its end to
+   the next launch call of the same thread (the queue ran dry while the host waited;
+   refilling it is the sync's cost);
+3. ``launch_bound``: any op, runtime, driver or Python call on a launching thread (the
+   host busy dispatching work);
+4. ``host_collective`` (other threads): a collective running on any other thread of the
+   rank while the launching threads record nothing (DDP over gloo: the gradient
+   all-reduce runs on gloo's threads while the launching threads wait untraced);
+5. ``untraced_host``: nothing recorded on the launching threads (Python between ops,
+   or a wait the profiler does not see).
+
+Times are integer ns.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+
+CAUSE_ORDER = ("host_collective", "data_loading", "host_sync", "launch_bound",
+               "host_collective", "untraced_host")
+"""Painted class index -> cause word (classes 0 and 4 are both ``host_collective``)."""
+UNTRACED = 5
+
+HOST_COLLECTIVE = r"(?i)^(gloo:|mpi:|ucc:|c10d::|c10d:|nccl:|record_param_comms|MPI_)"
+"""Host collectives by name, as a regex for Polars and ``re`` (category ``mpi`` counts too):
+gloo/MPI/UCC/NCCL process-group ops, c10d dispatch ops and PyTorch's comms records."""
+COLLECTIVE_RE = re.compile(HOST_COLLECTIVE)
+DATA_RE = re.compile(r"DataLoader|collate", re.IGNORECASE)
+"""DataLoader iteration (``enumerate(DataLoader)#...__next__``) and collate functions."""
+SYNC_RE = re.compile(
+    r"synchronize|^aten::(item|_local_scalar_dense|nonzero|masked_select|unique"
+    r"|_unique2|repeat_interleave)$|^(cudaMemcpy|cudaMemcpy2D|hipMemcpy|cuMemcpyDtoH(_v2)?"
+    r"|cuMemcpyHtoD(_v2)?)$", re.IGNORECASE)
+"""Calls and ops that make the host wait for the device."""
+PAGEABLE_RE = re.compile(r"(?i)pageable")
+"""A device memcpy name (Kineto ``Memcpy DtoH (Device -> Pageable)``) to pageable memory."""
+STEP_OR_ROOT_RE = re.compile(r"^ProfilerStep\s*#|^PyTorch Profiler", re.IGNORECASE)
+DISPATCH_CATEGORIES = ("cpu_op", "runtime", "driver", "python")
+
+
+def name_class(name: str, category: str) -> int:
+    """Class of one host interval by its name and canonical category: 0 collective,
+    1 data loading, 2 sync, 3 dispatch, 6 user annotation, -1 none of them."""
+    if category == "mpi" or COLLECTIVE_RE.search(name):
+        return 0
+    if DATA_RE.search(name):
+        return 1
+    if category in DISPATCH_CATEGORIES:
+        return 2 if SYNC_RE.search(name) else 3
+    if category == "annotation" and not STEP_OR_ROOT_RE.search(name):
+        return 6
+    return -1
+
+
+def union(start: IntArray, end: IntArray) -> tuple[IntArray, IntArray, IntArray]:
+    """Disjoint segments of the intervals ``[start, end)`` (any order): ``(seg_start,
+    seg_end, first)``, ``first`` the index of the earliest interval of each segment (the
+    outermost of a call stack). Only overlapping intervals merge; touching ones stay
+    apart, so top-level calls of one thread keep their own segment."""
+    if start.size == 0:
+        return start, end, np.zeros(0, dtype=np.int64)
+    sorted_already = bool(np.all(start[1:] >= start[:-1]))
+    order = (np.arange(start.size, dtype=np.int64) if sorted_already
+             else np.argsort(start, kind="stable").astype(np.int64))
+    s, e = start[order], end[order]
+    reach = np.maximum.accumulate(e)
+    new = np.ones(s.size, dtype=bool)
+    new[1:] = s[1:] >= reach[:-1]
+    idx = np.flatnonzero(new)
+    return s[idx], np.maximum.reduceat(e, idx), order[idx]
+
+
+def covered(points: IntArray, seg_start: IntArray, seg_end: IntArray) -> npt.NDArray[np.bool_]:
+    """Whether each point lies in one of the disjoint sorted segments ``[start, end)``."""
+    if seg_start.size == 0:
+        return np.zeros(points.size, dtype=bool)
+    idx = np.searchsorted(seg_start, points, side="right") - 1
+    ok = idx >= 0
+    out = np.zeros(points.size, dtype=bool)
+    out[ok] = seg_end[idx[ok]] > points[ok]
+    return out
+
+
+class Painting:
+    """The gaps of one stream painted with the class of the host activity over them.
+
+    ``gap_start``/``gap_end``: the stream's idle gaps (disjoint); ``classes``: for each
+    class index 0..4 the host intervals ``(start, end)`` of that class. ``in_gaps(a, b,
+    k)`` gives the time of class ``k`` within the gaps and within ``[a, b)``; ``unions``
+    the class unions (``union``). Only boundaries inside the gaps are kept.
+    """
+
+    def __init__(self, gap_start: IntArray, gap_end: IntArray,
+                 classes: Sequence[tuple[IntArray, IntArray]]) -> None:
+        self.unions = [union(s, e) for s, e in classes]
+        g_start, g_end, _ = union(gap_start, gap_end)
+        inside_bounds = [x[covered(x, g_start, g_end)] for u in self.unions for x in u[:2]]
+        points = np.sort(np.concatenate([g_start, g_end, *inside_bounds]), kind="stable")
+        if points.size:
+            keep = np.ones(points.size, dtype=bool)
+            keep[1:] = points[1:] != points[:-1]
+            points = points[keep]
+        label = np.full(points.size, -1, dtype=np.int64)
+        inside = covered(points, g_start, g_end)
+        label[inside] = UNTRACED
+        for k in range(len(self.unions) - 1, -1, -1):
+            label[inside & covered(points, *self.unions[k][:2])] = k
+        length = np.zeros(points.size, dtype=np.int64)
+        length[:-1] = np.diff(points)
+        self.points, self.label = points, label
+        # cum[k, j]: time of class k in the segments before point j.
+        self.cum = np.zeros((UNTRACED + 1, points.size), dtype=np.int64)
+        for k in range(UNTRACED + 1):
+            mine = np.where(label == k, length, 0)
+            self.cum[k, 1:] = np.cumsum(mine[:-1])
+
+    def at(self, x: IntArray, k: int) -> IntArray:
+        """Time of class ``k`` within the gaps before each instant ``x`` (ns)."""
+        j = np.searchsorted(self.points, x, side="right") - 1
+        j = np.clip(j, 0, self.points.size - 1)
+        base = self.cum[k, j]
+        tail = np.where(self.label[j] == k, x - self.points[j], 0)
+        return np.where(x < self.points[0], 0, base + np.clip(tail, 0, None))
+
+    def in_gaps(self, a: IntArray, b: IntArray, k: int) -> IntArray:
+        """Time of class ``k`` within the gaps and within each ``[a, b)`` (ns)."""
+        return self.at(b, k) - self.at(a, k)
