@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 from traceatlas.io.reading import RankData
 from traceatlas.io.registry import detect
 from traceatlas.io.sources import Source
+from traceatlas.io.time_outliers import set_aside_far
 from traceatlas.model.schema import TABLES, empty_table
 from traceatlas.store.writer import write_part
 
@@ -84,6 +85,9 @@ def ingest_partition(job: PartitionJob) -> list[PartitionResult]:
         warnings.simplefilter("always")
         reader = detect(job.source)
         ranks = reader.read(job.source, threads=job.threads)
+        for rank_data in ranks:
+            if rank_data.source_format != "kineto":  # Kineto sets its own aside, ts 0 too
+                set_aside_far(rank_data.tables, job.source.display)
         identity = job.source.identity()
         results = []
         for sub, rank_data in enumerate(ranks):

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceatlas.errors import CorruptTraceError
+from traceatlas.io import time_outliers
 from traceatlas.io.quality import Note, report
 from traceatlas.model.sqltext import file_list
 
@@ -268,7 +269,47 @@ def load_events(
                        shape.to_arrow_table(), dropped)
     for note in dropped.notes(display):
         report(notes, note, stacklevel=3)
-    return tables
+    return _set_aside(*tables, base_ns, display, notes)
+
+
+def _set_aside(
+    complete: pa.Table, rest: pa.Table, base_ns: int, display: str, notes: list[Note]
+) -> tuple[pa.Table, pa.Table]:
+    """Drop the events whose times cannot be right (``time_outliers``: at ts 0 or far
+    outside the run), one warning and note per reason with counts by kind."""
+    starts = complete["ts_ns"].to_numpy()
+    ends = starts + np.maximum(complete["dur_ns"].to_numpy(), 0)
+    rest_ts = pc.drop_null(rest["ts_ns"]).to_numpy()
+    window = time_outliers.run_window([starts, rest_ts], zero_ns=base_ns)
+    if window is None:
+        return complete, rest
+    zero_x, far_x = window.outside(starts, ends)
+    rest_starts = pc.fill_null(rest["ts_ns"], window.median_ns).to_numpy()
+    zero_r, far_r = window.outside(rest_starts)
+    if not (zero_x.any() or far_x.any() or zero_r.any() or far_r.any()):
+        return complete, rest
+    is_flow = pc.fill_null(pc.is_in(rest["ph"], value_set=pa.array(["s", "t", "f"])),
+                           False).to_numpy(zero_copy_only=False)
+    away = time_outliers.describe_ns(abs(window.median_ns - base_ns))
+    reasons = (
+        (zero_x, zero_r, f"at ts 0, {away} away from the rest of the run"),
+        (far_x, far_r, "starting or ending more than "
+         f"{time_outliers.describe_ns(window.far_ns)} from the run's median time"),
+    )
+    for in_x, in_rest, where in reasons:
+        counts = {"complete": int(np.count_nonzero(in_x)),
+                  "flow": int(np.count_nonzero(in_rest & is_flow)),
+                  "other": int(np.count_nonzero(in_rest & ~is_flow))}
+        total = sum(counts.values())
+        if total:
+            kinds = ", ".join(f"{n} {kind}" for kind, n in counts.items() if n)
+            report(notes, Note(
+                display, "traceEvents", f"had {total} event(s) {where} ({kinds}); set "
+                "aside (spans, models and findings use the other events)", total,
+                tables=("intervals", "instants", "counters", "flows"),
+            ), stacklevel=4)
+    return (complete.filter(pa.array(~(zero_x | far_x))),
+            rest.filter(pa.array(~(zero_r | far_r))))
 
 
 _KEEP = ["ph", "cat", "name", "pid", "tid", "id", "scope", "ts_ns", "dur_ns", "args", "a"]
