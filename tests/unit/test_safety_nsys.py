@@ -286,3 +286,34 @@ def test_text_that_is_not_utf8(tmp_path: Path) -> None:
     assert any("table NVTX_EVENTS has 1 row(s) with text that is not UTF-8" in m
                for m in messages)
     assert any("1 text value(s) of the small tables" in m for m in messages)
+
+
+CSV_HEADER = ("Start (ns),End (ns),Duration (ns),DurChild (ns),DurNonChild (ns),Name,PID,TID,"
+              "Lvl,NumChild,RangeId,ParentId,RangeStack,NameTree\n")
+
+
+def test_nvtx_csv_bad_rows_dropped(tmp_path: Path) -> None:
+    """``nsys stats`` CSV: a non-integer start and a range ending before it starts are
+    counted and dropped (before: the first refused the whole file, the second was kept
+    with zero duration)."""
+    path = tmp_path / "nvtx.csv"
+    path.write_text(CSV_HEADER + "100,200,100,0,100,a[/],1,1,0,0,1,,:1,a\n"
+                    "x,300,0,0,0,b,1,1,0,0,2,,:2,b\n"
+                    "500,400,-100,0,0,c,1,1,0,0,3,,:3,c\n"
+                    "600,900,300,0,300,d,1,1,0,0,4,,:4,d\n")
+    from traceatlas.io.nsys_nvtx_csv import NsysNvtxCsvReader
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (rank,) = NsysNvtxCsvReader().read(Source(str(path)))
+    got = [(r["name"], r["start_ns"], r["end_ns"]) for r in rank.tables["intervals"].to_pylist()]
+    assert got == [("a[/]", 100, 200), ("d", 600, 900)]
+    messages = [str(w.message) for w in caught]
+    assert f"{path}: 1 row(s) with a Start (ns) or End (ns) that is not an integer dropped" \
+        in messages
+    assert f"{path}: 1 row(s) with an end before their start dropped" in messages
+    path.write_text(CSV_HEADER + "x,y,0,0,0,b,1,1,0,0,2,,:2,b\n")
+    result = _cli("info", str(path))
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert str(path) in line and "none of the 1 NVTX row(s)" in line
