@@ -27,7 +27,14 @@ import numpy as np
 import numpy.typing as npt
 
 from traceatlas.analysis.requirements import DEVICE_WORK
-from traceatlas.ops.host_activity import CAUSE_ORDER, PAGEABLE_RE, UNTRACED, Painting, name_class
+from traceatlas.ops.host_activity import (
+    CAUSE_ORDER,
+    PAGEABLE_RE,
+    UNTRACED,
+    IntArray,
+    Painting,
+    name_class,
+)
 
 if TYPE_CHECKING:
     import polars as pl
@@ -65,17 +72,32 @@ def causes(trace: Trace, gaps: pl.DataFrame, device: pl.DataFrame) -> pl.DataFra
                            on=["rank", "correlation"], how="inner")
                .select(*KEYS, "track_id").unique())
     frames = []
-    by_rank = {int(k[0]): v for k, v in
+    by_rank = {int(k[0]): _Host(v) for k, v in
                host.partition_by("rank", as_dict=True, maintain_order=True).items()}
     launchers = {k: v["track_id"].to_list() for k, v in
                  threads.partition_by(KEYS, as_dict=True).items()}
     for (rank, dev, stream), g in gaps.partition_by(KEYS, as_dict=True).items():
-        frames.append(_stream(by_rank.get(int(rank), host.clear()),
+        frames.append(_stream(by_rank.get(int(rank), _Host(host.clear())),
                               launchers.get((rank, dev, stream), []), g.sort("start_ns"),
                               (rank, dev, stream)))
     out = pl.concat(frames) if frames else empty()
     return out.filter(pl.col("idle_ns") > 0).sort(*KEYS, "step", "idle_ns",
                                                   descending=[False] * 4 + [True])
+
+
+class _Host:
+    """One rank's classified host intervals as numpy columns (names kept as a Series)."""
+
+    def __init__(self, frame: pl.DataFrame) -> None:
+        self.track = frame["track_id"].to_numpy()
+        self.k = frame["k"].to_numpy()
+        self.start = frame["start_ns"].to_numpy().astype(np.int64)
+        self.end = frame["paint_end"].to_numpy().astype(np.int64)
+        self.depth = frame["depth"].to_numpy()
+        self.name = frame["name"]
+
+    def part(self, rows: npt.NDArray[np.int64]) -> tuple[IntArray, IntArray]:
+        return self.start[rows], self.end[rows]
 
 
 def _host(trace: Trace, ranks: list[int], device: pl.DataFrame
@@ -86,47 +108,47 @@ def _host(trace: Trace, ranks: list[int], device: pl.DataFrame
 
     rows = (trace.intervals
             .select("rank", "track_id", "start_ns", "end_ns", "name", "category", "depth",
-                    "step", "correlation")
+                    "correlation")
             .filter(~pl.col("category").is_in((*DEVICE_WORK, "gpu_annotation"))
                     & pl.col("rank").is_in(ranks))
             .collect())
     names = rows.select("name", "category").unique()
     names = names.with_columns(k=pl.Series(
-        [name_class(str(n), str(c)) for n, c in names.iter_rows()], dtype=pl.Int64))
+        [name_class(str(n), str(c)) for n, c in names.iter_rows()], dtype=pl.Int8))
     pageable = device.filter(pl.col("name").str.contains(PAGEABLE_RE.pattern)
                              & pl.col("correlation").is_not_null())["correlation"]
+    launch = pl.col("category").is_in(LAUNCH_CATEGORIES) & pl.col("correlation").is_not_null()
     host = (rows.join(names, on=["name", "category"], how="left")
-            .with_columns(k=pl.when(pl.col("correlation").is_in(pageable.implode())
-                                    & pl.col("category").is_in(LAUNCH_CATEGORIES))
-                          .then(pl.lit(2, pl.Int64)).otherwise(pl.col("k")))
+            .with_columns(k=pl.when(launch & pl.col("correlation").is_in(pageable.implode()))
+                          .then(pl.lit(2, pl.Int8)).otherwise(pl.col("k")))
             .filter(pl.col("k") >= 0))
-    calls = (host.filter(pl.col("category").is_in(LAUNCH_CATEGORIES)
-                         & pl.col("correlation").is_not_null())
+    calls = (host.filter(launch)
              .select("rank", "track_id", "correlation", pl.col("start_ns").alias("next_ns"))
              .sort("next_ns"))
-    syncs = (host.filter(pl.col("k") == 2).sort("end_ns")
+    host = host.with_row_index("_row")
+    syncs = (host.filter(pl.col("k") == 2).select("_row", "rank", "track_id", "end_ns")
+             .sort("end_ns")
              .join_asof(calls.select("rank", "track_id", "next_ns"), left_on="end_ns",
                         right_on="next_ns", by=["rank", "track_id"], strategy="forward",
                         check_sortedness=False))
-    host = pl.concat([
-        host.filter(pl.col("k") != 2).with_columns(paint_end=pl.col("end_ns")),
-        syncs.with_columns(paint_end=pl.max_horizontal("end_ns", pl.col("next_ns")
-                                                       .fill_null(pl.col("end_ns"))))
-        .drop("next_ns"),
-    ])
+    paint_end = host["end_ns"].to_numpy().copy()
+    rows_i = syncs["_row"].to_numpy()
+    paint_end[rows_i] = np.maximum(paint_end[rows_i],
+                                   syncs["next_ns"].fill_null(0).to_numpy())
+    host = host.drop("_row", "correlation", "category").with_columns(
+        paint_end=pl.Series(paint_end))
     return host, calls
 
 
-def _stream(host: pl.DataFrame, tracks: list[int], gaps: pl.DataFrame,
+def _stream(host: _Host, tracks: list[int], gaps: pl.DataFrame,
             key: tuple[int, int, int]) -> pl.DataFrame:
     """Rows of the ``causes`` table for one stream."""
     import polars as pl
 
-    own = host.filter(pl.col("track_id").is_in(tracks))
-    other = host.filter(~pl.col("track_id").is_in(tracks) & (pl.col("k") == 0))
-    parts = [own.filter(pl.col("k") == k) for k in range(4)] + [other]
-    classes = [(p["start_ns"].to_numpy().astype(np.int64),
-                p["paint_end"].to_numpy().astype(np.int64)) for p in parts]
+    own = np.isin(host.track, np.asarray(tracks, dtype=host.track.dtype))
+    parts = [np.flatnonzero(own & (host.k == k)) for k in range(4)]
+    parts.append(np.flatnonzero(~own & (host.k == 0)))
+    classes = [host.part(p) for p in parts]
     a = gaps["prev_end_ns"].to_numpy().astype(np.int64)
     b = gaps["start_ns"].to_numpy().astype(np.int64)
     paint = Painting(a, b, classes)
@@ -148,7 +170,8 @@ def _stream(host: pl.DataFrame, tracks: list[int], gaps: pl.DataFrame,
                                 for i in range(len(words))]).astype(np.int64),
     })
     gap_step = _GapStep(np.maximum.accumulate(b), gaps["step"].to_numpy())
-    where = _where(paint, parts, own.filter(pl.col("k") == ANNOTATION), gap_step)
+    where = _where(paint, parts, host, np.flatnonzero(own & (host.k == ANNOTATION)),
+                   gap_step)
     rank, dev, stream = key
     return (table.join(where, on=["step", "cause"], how="left")
             .with_columns(rank=pl.lit(rank, pl.Int32), device=pl.lit(dev, pl.Int32),
@@ -169,38 +192,39 @@ class _GapStep:
         return self.steps[np.clip(idx, 0, self.steps.size - 1)]
 
 
-def _where(paint: Painting, parts: list[pl.DataFrame], notes: pl.DataFrame,
-           gap_step: _GapStep) -> pl.DataFrame:
-    """Per (step, cause): the op (outermost class interval with the largest overlap with
-    the cause's gap time) and the innermost user annotation."""
+def _where(paint: Painting, parts: list[npt.NDArray[np.int64]], host: _Host,
+           notes: npt.NDArray[np.int64], gap_step: _GapStep) -> pl.DataFrame:
+    """Per (step, cause): the op (the name whose outermost class intervals overlap the
+    cause's gap time most, summed) and the innermost user annotation."""
     import polars as pl
 
     ops = []
-    for k, part in enumerate(parts):
+    for k, rows in enumerate(parts):
         seg_start, seg_end, first = paint.unions[k]
         if seg_start.size == 0:
             continue
         over = paint.in_gaps(seg_start, seg_end, k)
         hit = over > 0
-        ops.append(part[first[hit]].select("name").with_columns(
-            step=pl.Series(gap_step(seg_start[hit]), dtype=pl.Int32),
-            cause=pl.lit(CAUSE_ORDER[k]), over=pl.Series(over[hit])))
+        ops.append(pl.DataFrame({
+            "name": host.name.gather(rows[first[hit]]).cast(pl.String),
+            "step": pl.Series(gap_step(seg_start[hit]), dtype=pl.Int32),
+            "cause": CAUSE_ORDER[k], "over": over[hit]}))
     schema = {"step": pl.Int32, "cause": pl.String, "op": pl.String}
-    op = (pl.concat(ops).with_columns(pl.col("name").cast(pl.String))
+    op = (pl.concat(ops)
           .group_by("step", "cause", "name").agg(pl.col("over").sum())
           .sort("over", "name", descending=[True, False])
           .group_by("step", "cause", maintain_order=True)
           .agg(pl.col("name").first().alias("op"))
           if ops else pl.DataFrame(schema=schema))
     marks = []
-    if notes.height:
-        s = notes["start_ns"].to_numpy().astype(np.int64)
-        e = notes["end_ns"].to_numpy().astype(np.int64)
+    if notes.size:
+        s, e = host.part(notes)
         steps = pl.Series(gap_step(s), dtype=pl.Int32)
+        names = host.name.gather(notes).cast(pl.String)
         for k in range(UNTRACED + 1):
-            marks.append(notes.select(pl.col("name").cast(pl.String), "depth").with_columns(
-                step=steps, cause=pl.lit(CAUSE_ORDER[k]),
-                over=pl.Series(paint.in_gaps(s, e, k))))
+            marks.append(pl.DataFrame({"name": names, "depth": host.depth[notes],
+                                       "step": steps, "cause": CAUSE_ORDER[k],
+                                       "over": paint.in_gaps(s, e, k)}))
     ann = pl.DataFrame(schema={"step": pl.Int32, "cause": pl.String, "annotation": pl.String})
     if marks:
         m = pl.concat(marks).filter(pl.col("over") > 0)
