@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.errors import MissingDataError, TraceAtlasError
+from traceatlas.names import display_name
 
 if TYPE_CHECKING:
     import polars as pl
@@ -168,8 +169,9 @@ def fmt_ns(ns: float) -> str:
 
 
 def short_name(name: str, limit: int = 60) -> str:
-    """A kernel or region name cut to ``limit`` characters (C++ signatures are long)."""
-    return name if len(name) <= limit else name[: limit - 3] + "..."
+    """A kernel or region name for a statement: demangled, template arguments shortened,
+    cut to ``limit`` characters (``traceatlas.names.display_name``)."""
+    return display_name(name, width=limit)
 
 
 def per_rank_sum(frame: pl.DataFrame, column: str) -> dict[int, int]:

@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from traceatlas.literal import literal
+from traceatlas.names import display_name
 
 if TYPE_CHECKING:
     import polars as pl
@@ -174,14 +175,20 @@ def is_timestamp(column: str) -> bool:
 
 
 def humanize(frame: pl.DataFrame) -> pl.DataFrame:
-    """Integer duration columns (``*_ns`` but not timestamps) as human durations, for
+    """Integer duration columns (``*_ns`` but not timestamps) as human durations and
+    ``name``/``kernel`` columns as display names, for
     terminal tables only; timestamps stay integer epoch ns."""
     import polars as pl
 
     cols = [c for c, t in frame.schema.items()
             if c.endswith("_ns") and not is_timestamp(c) and t.is_integer()]
+    # Kernel names demangled and their templates shortened (names.py); JSON/CSV keep them.
+    names = [c for c, t in frame.schema.items()
+             if c in ("name", "kernel") and t in (pl.String, pl.Categorical)]
     return frame.with_columns(
-        pl.col(c).map_elements(humanize_ns, return_dtype=pl.String) for c in cols
+        *(pl.col(c).map_elements(humanize_ns, return_dtype=pl.String) for c in cols),
+        *(pl.col(c).cast(pl.String).map_elements(display_name, return_dtype=pl.String)
+          for c in names),
     )
 
 

@@ -8,6 +8,7 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 from traceatlas.advisor.causes import cause_words
+from traceatlas.names import display_name
 from traceatlas.report import compare, svg
 from traceatlas.report.terminal import FAIR, GOOD, metric_label, ordered, ranks_text
 
@@ -171,7 +172,8 @@ def _kernels(run: RunReport) -> str:
 
 
 def _short(name: str, limit: int = 90) -> str:
-    return name if len(name) <= limit else name[: limit - 1] + "\u2026"
+    """Demangled, templates shortened, cut to ``limit`` (the raw name is the title)."""
+    return display_name(name, width=limit)
 
 
 def _steps(run: RunReport) -> str:
