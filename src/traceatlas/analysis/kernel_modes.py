@@ -1,6 +1,8 @@
 """The two-mode split behind the ``bimodal`` flag of ``kernels`` (table ``modes``).
 
-Per group of durations (one kernel name on one rank, or over all ranks) with at least
+Per group of durations (one kernel name on one rank, or over all ranks; and one input
+shape of the launching op when the rows carry ``shape``, so that a kernel running on two
+shapes at two speeds is two unimodal groups, not one bimodal one) with at least
 ``MIN_SAMPLES`` calls: the durations are sorted and cut in two where the within-group
 variance of log(duration) is smallest (Otsu's method, i.e. exact 1-D two-means, over every
 cut that leaves at least ``MODE_MIN_FRACTION`` of the calls on each side). Columns:
@@ -23,8 +25,10 @@ and 7 of the top 8 kernels of one report). Requiring two *tight* groups (separat
 for two equal groups the modes are >= 6 within-group standard deviations apart), a
 minority of at least 20 %, a 1.5x step and slow calls that cost at least 5 % of the
 device time leaves 16 groups (1.4 %; 16 of the 259 top-8 kernels) on 9 traces, e.g.
-flash attention at 155 us or 7.87 ms on ``nsys-ai/mfu_2gpu_before``, the fp32 GEMMs of
-``h100-planted/regress``, NCCL kernels with small and large messages.
+flash attention at 155 us or 7.87 ms on ``nsys-ai/mfu_2gpu_before``, NCCL kernels with
+small and large messages. Split by shape (issue 22), the fp32 GEMMs of
+``h100-planted/regress`` (then flagged) are four shapes of 5 calls each, 0.7 ms for one
+and 7.7 ms for the others: not modes of one kernel.
 """
 
 from __future__ import annotations
@@ -49,14 +53,17 @@ MIN_EXCESS_PCT = 5.0
 
 
 def modes(rows: pl.LazyFrame, keys: list[str], busy: pl.LazyFrame) -> pl.LazyFrame:
-    """The ``modes`` table (module docstring) of ``rows`` (``*keys, dur_ns``) per group;
+    """The ``modes`` table (module docstring) of ``rows`` (``*keys, dur_ns``) per group,
+    and per ``shape`` too when ``rows`` has that column (``kernel_shapes``);
     ``busy``: columns ``rank, busy_ns`` when ``rank`` is a key, else one ``busy_ns``.
     Computed eagerly: durations sorted per group (Polars), then numpy prefix sums give
     every cut's within-group variance at once."""
     import polars as pl
 
+    if "shape" in rows.collect_schema().names():
+        keys = [*keys, "shape"]  # one split per input shape: shapes are not modes
     groups = (rows.group_by(keys).agg(_d=pl.col("dur_ns").sort(), _n=pl.len())
-              .filter(pl.col("_n") >= MIN_SAMPLES).sort(keys).collect())
+              .filter(pl.col("_n") >= MIN_SAMPLES).sort(keys, nulls_last=True).collect())
     split = _split(groups["_d"].explode().to_numpy(), groups["_n"].to_numpy())
     stats = pl.concat([groups.select(keys), pl.DataFrame(split)], how="horizontal").lazy()
     stats = (stats.join(busy, on="rank", how="left") if "rank" in keys
@@ -69,7 +76,7 @@ def modes(rows: pl.LazyFrame, keys: list[str], busy: pl.LazyFrame) -> pl.LazyFra
     return (
         stats.with_columns(excess_pct=excess_pct).with_columns(bimodal=flag)
         .select(*keys, *COLUMNS, "excess_pct", "bimodal")
-        .sort(keys)
+        .sort(keys, nulls_last=True)
     )
 
 

@@ -18,12 +18,15 @@ Extra table ``histogram``: per group, the non-empty bins of a fixed log-spaced g
 10^((b+1)/10) ns, written as integer bounds ``bin_lo_ns`` <= d < ``bin_hi_ns``; zero
 durations go to the bin [0, 1). Column ``count``.
 
-``bimodal``: the kernel's calls form two well-separated groups whose slow side costs
-time worth a look: the two-mode split of ``traceatlas.analysis.kernel_modes`` (log
+``bimodal``: the calls of the kernel *on one input shape* form two well-separated groups
+whose slow side costs time worth a look (a kernel that runs on two shapes at two speeds
+is not bimodal): durations are split by the launching op's ``Input Dims``
+(``kernel_shapes``; one group when the trace has no shapes), then each shape's calls go
+through the two-mode split of ``traceatlas.analysis.kernel_modes`` (log
 durations cut where the within-group variance is smallest; separation >= 0.9, >= 20 % of
 the calls on each side, slow median >= 1.5x fast median, slow calls' excess over the fast
-median >= 5 % of the device busy time; at least 10 calls). Extra table ``modes``: that
-split for every group with at least 10 calls (see ``kernel_modes``).
+median >= 5 % of the device busy time; at least 10 calls of that shape). Extra table
+``modes``: that split for every (group, shape) with at least 10 calls (``kernel_modes``).
 
 Differences from HTA's ``get_gpu_kernel_breakdown``: no "others" row (HTA folds kernels
 past ``num_kernels`` or past the 80 % cumulative-duration quantile into "others"); memory
@@ -40,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import MAX_COUNT, Param, Result
 from traceatlas.analysis.kernel_modes import modes
+from traceatlas.analysis.kernel_shapes import with_shapes
 from traceatlas.analysis.requirements import DEVICE_WORK
 from traceatlas.ops.unions import union_ns
 
@@ -85,16 +89,18 @@ class Kernels:
         cat = pl.col("category").cast(pl.String)
         device = trace.intervals.filter(cat.is_in(DEVICE_WORK)).select(
             "rank", pl.col("name").cast(pl.String), cat.alias("category"),
-            "start_ns", "end_ns", "dur_ns")
+            "start_ns", "end_ns", "dur_ns", "correlation", "external_id")
         rows = device.filter(pl.col("category").is_in(cats))
         busy = _busy(device, by_rank="rank" in keys).collect().lazy()  # used twice
         lazy = _stats(rows, keys, busy)
         stats = _top(lazy, int(params["top"]), "rank" in keys).collect()
         chosen = stats.lazy().select(keys)
         kept = rows.join(chosen, on=keys, how="semi")
-        hist, split = pl.collect_all([_histogram(kept, keys), modes(kept, keys, busy)])
+        shaped = with_shapes(trace.intervals, kept)
+        hist, split = pl.collect_all([_histogram(kept, keys), modes(shaped, keys, busy)])
         order = ["rank"] if "rank" in keys else []
-        table = (stats.join(split.select(*keys, "bimodal"), on=keys, how="left")
+        flag = split.group_by(keys).agg(pl.col("bimodal").any())
+        table = (stats.join(flag, on=keys, how="left")
                  .with_columns(pl.col("bimodal").fill_null(False))
                  .sort([*order, "total_ns", "name"], descending=[*[False] * len(order),
                                                                  True, False]))
