@@ -119,3 +119,29 @@ def test_painting_matches_a_plain_loop(gaps: list[tuple[int, int]],
         got = paint.in_gaps(arr(probe, 0), arr(probe, 1), k)
         want = [sum(1 for t in range(a, b) if label.get(t) == k) for a, b in probe]
         assert got.tolist() == want
+
+
+def test_python_between_dispatches_is_launch_bound(tmp_path: Path) -> None:
+    """Gap 1 [50k, 200k): aten::mul [100k, 180k) dispatches (its launch at 160k), 70k
+    untraced around it (<= 80k): Python between dispatches -> launch_bound 150k. Gap 2
+    [250k, 400k): nothing recorded but the final launch call [390k, 391k): untraced 149k
+    (more than the 1k dispatch), launch 1k. Gap 3 [450k, 600k): a gloo all-reduce on
+    another thread [500k, 520k) and the launch call [590k, 591k): collective 20k, launch
+    1k, untraced 129k."""
+    b = TraceBuilder(0, 1, base_time_ns=BASE, profiler_markers=False)
+    b.step(1, 0, 1_000_000)
+    b.launch("void k1()", 0, 1_000, 0, 50_000)
+    b.cpu_op("aten::mul", 100_000, 180_000)
+    b.launch("void k2()", 160_000, 1_000, 200_000, 50_000)
+    b.launch("void k3()", 390_000, 1_000, 400_000, 50_000)
+    b.annotation("gloo:all_reduce", 500_000, 520_000, tid=GLOO)
+    b.launch("void k4()", 590_000, 1_000, 600_000, 50_000)
+    b.write(tmp_path / "rank-0.json")
+    trace = traceatlas.open(traceatlas.ingest([tmp_path / "rank-0.json"], tmp_path / "s"))
+    causes = registry.run("idle", trace, {}).extra["causes"]
+    got = {c: v for c, v in causes.select("cause", "idle_ns").iter_rows()}
+    assert got == {"launch_bound": 150_000 + 1_000 + 1_000, "host_collective": 20_000,
+                   "untraced_host": 149_000 + 129_000}
+    kernel = {c: k for c, k in causes.select("cause", "kernel").iter_rows()}
+    assert kernel["launch_bound"] == "void k2()"
+    assert kernel["untraced_host"] in ("void k3()", "void k4()")

@@ -8,8 +8,11 @@ host synchronisation, a collective on the host, launch-bound, untraced host time
 Trigger: one finding per cause whose time on some rank's main stream is at least
 ``MIN_SHARE`` of that stream's span. Cost (ns): the largest time of that cause over the
 ranks. ``ranks``: the ranks where it reaches ``MIN_SHARE``; ``per_step``: median over the
-steps of the costliest rank of the cause's time per step (ms); ``where``: the annotation
-and op of that rank's largest share. For ``host_collective`` the statement says that the
+steps of the costliest rank of the cause's time per step (ms) and, for ``launch_bound``,
+``count`` = the median number of gaps per step where launching is the largest share (the
+launches the GPU starved on); ``where``: the annotation and op of that rank's largest
+share, and for ``launch_bound`` the ``kernel`` after most of those gaps. For
+``host_collective`` the statement says that the
 collective (e.g. DDP's gradient all-reduce over gloo) runs on the CPU and, when one rank's
 main stream is busier than the median of the others by ``SLOW_RATIO`` (time-shared GPUs
 differ by up to ~1.25x with nothing planted), that the other ranks wait for it there.
@@ -105,7 +108,12 @@ def _finding(ctx: Context, cause: str, costs: dict[int, int], ranks: list[int],
     mine = rows.filter((pl.col("rank") == rank) & (pl.col("cause") == cause))
     top = mine.sort("idle_ns", descending=True).row(0, named=True)
     where = {k: str(top[k]) for k in ("annotation", "op") if top[k] is not None}
+    kernel = (mine.filter(pl.col("kernel").is_not_null()).group_by("kernel")
+              .agg(pl.col("gaps").sum()).sort("gaps", "kernel", descending=[True, False]))
+    if kernel.height and cause == "launch_bound":
+        where["kernel"] = str(kernel["kernel"][0])
     per_step = _per_step(rows.filter(pl.col("rank") == rank), cause)
+    count = _per_step(rows.filter(pl.col("rank") == rank), cause, "gaps")
     words, next_step = ADVICE[cause]
     doing = f" in {where['op']}" if "op" in where else ""
     statement = (f"GPU idle waiting for the host: on rank {rank}, stream {stream} waits "
@@ -132,18 +140,19 @@ def _finding(ctx: Context, cause: str, costs: dict[int, int], ranks: list[int],
         efficiency=1 - share,
         cause=cause,
         ranks=ranks,
-        per_step=None if per_step is None else {"ms": per_step},
+        per_step=(None if per_step is None else {"ms": per_step} if cause != "launch_bound"
+                  or count is None else {"ms": per_step, "count": count * 1e6}),
         where=where,
     )
 
 
-def _per_step(rows: pl.DataFrame, cause: str) -> float | None:
-    """Median over the rank's steps (>= 0) of the cause's time per step (ms); steps
-    without that cause count 0. None without steps."""
+def _per_step(rows: pl.DataFrame, cause: str, column: str = "idle_ns") -> float | None:
+    """Median over the rank's steps (>= 0) of the cause's ``column`` per step, / 1e6 (ms
+    for ``idle_ns``); steps without that cause count 0. None without steps."""
     steps = sorted({int(s) for s in rows["step"].to_list() if s is not None and s >= 0})
     if not steps:
         return None
-    mine = {int(s): int(v) for s, c, v in rows.select("step", "cause", "idle_ns").iter_rows()
+    mine = {int(s): int(v) for s, c, v in rows.select("step", "cause", column).iter_rows()
             if c == cause and s is not None and s >= 0}
     totals: dict[int, int] = {}
     for s, v in mine.items():

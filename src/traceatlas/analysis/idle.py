@@ -153,7 +153,8 @@ def idle_gaps(
 ) -> pl.LazyFrame:
     """One row per idle interval (gap > 0 ns) on a stream: ``rank, device, stream,
     start_ns`` (the activity after the gap), ``prev_end_ns``, ``gap_ns``, ``launch_ns``
-    (null without a matched launch), ``category`` and ``step`` (of the activity after).
+    (null without a matched launch), ``category``, ``step`` and ``name`` (of the activity
+    after).
     ``device``/``launch``: frames already read (``_device_work``, ``launches``), to avoid
     scanning the store again."""
     import polars as pl
@@ -173,7 +174,7 @@ def idle_gaps(
         .otherwise(pl.lit("other"))
     )
     return ordered.select(*KEYS, "start_ns", "prev_end_ns", "gap_ns", "launch_ns",
-                          category.alias("category"), "step")
+                          category.alias("category"), "step", "name")
 
 
 def _notes(table: pl.DataFrame, unmatched: int) -> list[str]:

@@ -6,7 +6,10 @@ threads whose runtime/driver calls, matched by correlation id, launched work on 
 stream) were doing, painted with the priorities of ``traceatlas.ops.host_activity``:
 ``host_collective`` (own thread) > ``data_loading`` > ``host_sync`` (call and shadow up to
 the next launch) > ``launch_bound`` > ``host_collective`` (another thread of the rank,
-while the launching threads record nothing) > ``untraced_host``.
+while the launching threads record nothing) > ``untraced_host``. In a gap where the
+launching threads only dispatched ops (launch-bound and untraced time only, the untraced
+part no longer than the launch-bound one), the untraced time is the Python between those
+ops and counts as ``launch_bound``.
 
 Columns: ``rank, device, stream, step`` (the step of the activity after the gap; -1
 outside steps), ``cause``, ``idle_ns`` (gap time of that cause, ns; per rank, device and
@@ -15,8 +18,9 @@ has the largest share), ``annotation`` (the innermost user annotation on the lau
 threads over that time: the deepest whose overlap is at least half of the largest),
 ``op`` (the name whose outermost intervals of the cause's class, one segment of the class
 union per call stack, overlap that time most, summed over its calls; null for
-``untraced_host``). Built as interval joins: sorted searches over one painted timeline per
-stream, no loop over gaps.
+``untraced_host``), ``kernel`` (the device activity after most of the gaps where this
+cause has the largest share; null when it has none). Built as interval joins: sorted
+searches over one painted timeline per stream, no loop over gaps.
 """
 
 from __future__ import annotations
@@ -42,9 +46,10 @@ if TYPE_CHECKING:
     from traceatlas.model.trace import Trace
 
 KEYS = ["rank", "device", "stream"]
-COLUMNS = (*KEYS, "step", "cause", "idle_ns", "gaps", "annotation", "op")
+COLUMNS = (*KEYS, "step", "cause", "idle_ns", "gaps", "annotation", "op", "kernel")
 LAUNCH_CATEGORIES = ("runtime", "driver")
 ANNOTATION = 6
+LAUNCH = 3
 WHERE_SHARE = 0.5
 """The innermost annotation is the deepest with at least this share of the largest overlap."""
 
@@ -55,7 +60,8 @@ def empty() -> pl.DataFrame:
 
     return pl.DataFrame(schema={"rank": pl.Int32, "device": pl.Int32, "stream": pl.Int64,
                                 "step": pl.Int32, "cause": pl.String, "idle_ns": pl.Int64,
-                                "gaps": pl.Int64, "annotation": pl.String, "op": pl.String})
+                                "gaps": pl.Int64, "annotation": pl.String, "op": pl.String,
+                                "kernel": pl.String})
 
 
 def causes(trace: Trace, gaps: pl.DataFrame, device: pl.DataFrame) -> pl.DataFrame:
@@ -160,6 +166,13 @@ def _stream(host: _Host, tracks: list[int], gaps: pl.DataFrame,
     b = gaps["start_ns"].to_numpy().astype(np.int64)
     paint = Painting(a, b, classes)
     per_class = np.stack([paint.in_gaps(a, b, k) for k in range(UNTRACED + 1)])
+    # A gap in which the launching threads only dispatched ops, for at least as long as
+    # they recorded nothing: the untraced time is the Python between those ops, part of
+    # launching too slowly (the gap's final launch call alone does not make a gap so).
+    python = ((per_class[LAUNCH] >= per_class[UNTRACED])
+              & (per_class[[0, 1, 2, 4]].sum(axis=0) == 0))
+    per_class[LAUNCH] += np.where(python, per_class[UNTRACED], 0)
+    per_class[UNTRACED] = np.where(python, 0, per_class[UNTRACED])
     per_cause = {c: np.zeros(a.size, dtype=np.int64) for c in dict.fromkeys(CAUSE_ORDER)}
     for k, cause in enumerate(CAUSE_ORDER):
         per_cause[cause] += per_class[k]
@@ -176,6 +189,14 @@ def _stream(host: _Host, tracks: list[int], gaps: pl.DataFrame,
         "gaps": np.concatenate([np.bincount(inverse[top == i], minlength=n)
                                 for i in range(len(words))]).astype(np.int64),
     })
+    kernels = (pl.DataFrame({"step": gaps["step"], "top": np.asarray(words)[top],
+                             "kernel": gaps["name"]})
+               .group_by("step", "top", "kernel").len()
+               .sort("len", "kernel", descending=[True, False])
+               .group_by("step", "top", maintain_order=True).agg(pl.col("kernel").first())
+               .rename({"top": "cause"}))
+    table = table.join(kernels.with_columns(pl.col("step").cast(table["step"].dtype)),
+                       on=["step", "cause"], how="left")
     gap_step = _GapStep(np.maximum.accumulate(b), gaps["step"].to_numpy())
     where = _where(paint, parts, host, np.flatnonzero(own & (host.k == ANNOTATION)),
                    gap_step)
@@ -212,10 +233,13 @@ def _where(paint: Painting, parts: list[npt.NDArray[np.int64]], host: _Host,
             continue
         over = paint.in_gaps(seg_start, seg_end, k)
         hit = over > 0
+        if not hit.any():
+            continue
         ops.append(pl.DataFrame({
             "name": host.name.gather(rows[first[hit]]).cast(pl.String),
             "step": pl.Series(gap_step(seg_start[hit]), dtype=pl.Int32),
-            "cause": CAUSE_ORDER[k], "over": over[hit]}))
+            "cause": pl.Series([CAUSE_ORDER[k]] * int(hit.sum()), dtype=pl.String),
+            "over": pl.Series(over[hit], dtype=pl.Int64)}))
     schema = {"step": pl.Int32, "cause": pl.String, "op": pl.String}
     op = (pl.concat(ops)
           .group_by("step", "cause", "name").agg(pl.col("over").sum())
@@ -229,9 +253,11 @@ def _where(paint: Painting, parts: list[npt.NDArray[np.int64]], host: _Host,
         steps = pl.Series(gap_step(s), dtype=pl.Int32)
         names = host.name.gather(notes).cast(pl.String)
         for k in range(UNTRACED + 1):
-            marks.append(pl.DataFrame({"name": names, "depth": host.depth[notes],
-                                       "step": steps, "cause": CAUSE_ORDER[k],
-                                       "over": paint.in_gaps(s, e, k)}))
+            marks.append(pl.DataFrame({
+                "name": names, "depth": pl.Series(host.depth[notes], dtype=pl.Int64),
+                "step": steps, "cause": pl.Series([CAUSE_ORDER[k]] * notes.size,
+                                                  dtype=pl.String),
+                "over": pl.Series(paint.in_gaps(s, e, k), dtype=pl.Int64)}))
     ann = pl.DataFrame(schema={"step": pl.Int32, "cause": pl.String, "annotation": pl.String})
     if marks:
         m = pl.concat(marks).filter(pl.col("over") > 0)
