@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from traceatlas.cli.main import app
+from traceatlas.testing.compare import plain_union_length
 
 pytestmark = pytest.mark.realtrace
 
@@ -83,16 +84,6 @@ def test_different_rank_counts_are_a_scaling_study(traces_dir: Path) -> None:
     assert doc["scalability"][0]["scaling_ratio"] is not None
 
 
-def _union(spans: list[tuple[int, int]]) -> int:
-    total, end = 0, None
-    for s, e in sorted(spans):
-        if end is None or s > end:
-            total, end = total + e - s, e
-        elif e > end:
-            total, end = total + e - end, e
-    return total
-
-
 def test_copies_are_transfers_not_communication(traces_dir: Path, tmp_path: Path) -> None:
     path = traces_dir / H100_1S
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -109,7 +100,8 @@ def test_copies_are_transfers_not_communication(traces_dir: Path, tmp_path: Path
     con.close()
     assert nccl == 0  # a single-node run without any collective
     # transfers = device activity under no kernel, per device (devices 0, 1 = ranks 0, 1)
-    transfers = [_union(kernels[d] + memory[d]) - _union(kernels[d]) for d in sorted(kernels)]
+    transfers = [plain_union_length(kernels[d] + memory[d]) - plain_union_length(kernels[d])
+                 for d in sorted(kernels)]
     doc = _json([path])
     run = doc["runs"][0]
     assert [(b["comm_ns"], b["transfer_ns"]) for b in run["rank_bars"]] == [

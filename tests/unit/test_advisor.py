@@ -36,7 +36,7 @@ from traceatlas.advisor import (
 from traceatlas.analysis import registry
 from traceatlas.cli.main import app
 from traceatlas.testing import Collective, TraceBuilder, write_multi_rank
-from traceatlas.testing.paraver_text import message, mpi_call, write_prv
+from traceatlas.testing.paraver_text import MPI_P2P, message, mpi_call, mpi_events, pcf, write_prv
 
 BASE = 1_700_000_000_000_000_000
 MS = 1_000_000
@@ -250,17 +250,8 @@ def test_late_sender_rule(tmp_path: Path) -> None:
     assert late_sender.check(Context(trace)) == []
 
 
-PCF = """STATES
-1    Running
-
-EVENT_TYPE
-9    50000001    MPI Point-to-point
-VALUES
-0   Outside MPI
-1   MPI_Send
-2   MPI_Recv
-"""
 SEND, RECV = 1, 2
+PCF = pcf({1: "Running"}, mpi_events(MPI_P2P, {SEND: "MPI_Send", RECV: "MPI_Recv"}))
 
 
 SYS = 5_000_000_000

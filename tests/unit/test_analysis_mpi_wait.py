@@ -17,21 +17,11 @@ from traceatlas import analysis
 from traceatlas.cli.main import app
 from traceatlas.errors import MissingDataError
 from traceatlas.testing import TraceBuilder
-from traceatlas.testing.paraver_text import message, mpi_call, write_prv
+from traceatlas.testing.paraver_text import MPI_P2P, message, mpi_call, mpi_events, pcf, write_prv
 
 MS = 1_000_000
-PCF = """STATES
-1    Running
-
-EVENT_TYPE
-9    50000001    MPI Point-to-point
-VALUES
-0   Outside MPI
-1   MPI_Send
-2   MPI_Recv
-4   MPI_Irecv
-5   MPI_Wait
-"""
+PCF = pcf({1: "Running"}, mpi_events(
+    MPI_P2P, {1: "MPI_Send", 2: "MPI_Recv", 4: "MPI_Irecv", 5: "MPI_Wait"}))
 
 
 SEND, RECV, IRECV, WAIT = 1, 2, 4, 5

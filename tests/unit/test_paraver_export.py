@@ -16,6 +16,7 @@ from traceatlas.errors import DataQualityWarning
 from traceatlas.export.paraver import ParaverExporter
 from traceatlas.export.registry import get_exporter
 from traceatlas.testing import TraceBuilder
+from traceatlas.testing.paraver_text import MPI_COLLECTIVE, PAPI_TOT_INS_PCF, mpi_events, pcf
 
 BASE = 1_700_000_000_000_000_000
 
@@ -136,19 +137,8 @@ PRV = """#Paraver (01/02/2024 at 10:00):100_ns:0:1:2(1:1,1:1)
 2:0:1:1:1:20:50000002:0:42000050:2500
 3:0:1:1:1:30:31:0:1:2:1:40:45:64:3
 """
-PCF = """STATES
-1    Running
-3    Waiting a message
-
-EVENT_TYPE
-9    50000002    MPI Collective Comm
-VALUES
-0   Outside MPI
-10  MPI_Allreduce
-
-EVENT_TYPE
-7  42000050 PAPI_TOT_INS
-"""
+PCF = pcf({1: "Running", 3: "Waiting a message"},
+          mpi_events(MPI_COLLECTIVE, {10: "MPI_Allreduce"}), PAPI_TOT_INS_PCF)
 
 
 def test_round_trip_paraver_states_counters_messages(tmp_path: Path) -> None:

@@ -24,6 +24,15 @@ from traceatlas.export.paraver_states import derived_states
 from traceatlas.testing import TraceBuilder
 from traceatlas.testing.otf2 import write_otf2
 from traceatlas.testing.paraver_cfg import event_pairs, pcf_values, state_records
+from traceatlas.testing.paraver_text import (
+    MPI_COLLECTIVE,
+    MPI_P2P,
+    PAPI_TOT_INS_PCF,
+    USER_FUNCTION,
+    mpi_events,
+    pcf,
+    pcf_events,
+)
 
 
 def _ingest(src: Path, out: Path) -> traceatlas.Trace:
@@ -101,39 +110,12 @@ PRV = """#Paraver (01/02/2024 at 10:00):1000_ns:0:1:2(1:1,1:1)
 2:0:1:2:1:10:50000001:5:42000050:77
 2:0:1:2:1:90:50000001:0
 """
-PCF = """STATES
-1    Running
-8    Wait/WaitAll
-13    Group Communication
-
-EVENT_TYPE
-9    50000001    MPI Point-to-point
-VALUES
-0   Outside MPI
-5   MPI_Wait
-
-EVENT_TYPE
-9    50000002    MPI Collective Comm
-VALUES
-0   Outside MPI
-10  MPI_Allreduce
-
-EVENT_TYPE
-0    60000019    User function
-VALUES
-0   End
-7   solve
-9   output
-
-EVENT_TYPE
-6    40000001    Application
-VALUES
-0   End
-1   Begin
-
-EVENT_TYPE
-7  42000050 PAPI_TOT_INS
-"""
+PCF = pcf({1: "Running", 8: "Wait/WaitAll", 13: "Group Communication"},
+          mpi_events(MPI_P2P, {5: "MPI_Wait"}),
+          mpi_events(MPI_COLLECTIVE, {10: "MPI_Allreduce"}),
+          pcf_events(USER_FUNCTION, "User function", {0: "End", 7: "solve", 9: "output"}),
+          pcf_events(40_000_001, "Application", {0: "End", 1: "Begin"}, gradient=6),
+          PAPI_TOT_INS_PCF)
 
 
 def test_paraver_round_trip_keeps_types_values_and_states(tmp_path: Path) -> None:

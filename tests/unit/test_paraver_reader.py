@@ -17,43 +17,23 @@ from traceatlas.cli.main import app
 from traceatlas.errors import CorruptTraceError, DataQualityWarning, UnsupportedFormatError
 from traceatlas.io.paraver import ParaverReader, pair_regions
 from traceatlas.io.sources import Source
+from traceatlas.testing.paraver_text import (
+    MPI_COLLECTIVE,
+    MPI_P2P,
+    PAPI_TOT_INS_PCF,
+    USER_FUNCTION,
+    mpi_events,
+    pcf,
+    pcf_events,
+)
 
-PCF = """DEFAULT_OPTIONS
-
-LEVEL               THREAD
-UNITS               NANOSEC
-
-STATES
-1    Running
-3    Waiting a message
-
-EVENT_TYPE
-9    50000001    MPI Point-to-point
-VALUES
-0   Outside MPI
-3   MPI_Isend
-
-EVENT_TYPE
-9    50000002    MPI Collective Comm
-VALUES
-0   Outside MPI
-10  MPI_Allreduce
-
-EVENT_TYPE
-0    60000019    User function
-VALUES
-0   End
-5   main
-6   foo
-
-EVENT_TYPE
-7  42000050 PAPI_TOT_INS
-
-EVENT_TYPE
-6    40000018    Tracing mode:
-VALUES
-1      Detailed
-"""
+PCF = ("DEFAULT_OPTIONS\n\nLEVEL               THREAD\nUNITS               NANOSEC\n\n"
+       + pcf({1: "Running", 3: "Waiting a message"},
+             mpi_events(MPI_P2P, {3: "MPI_Isend"}),
+             mpi_events(MPI_COLLECTIVE, {10: "MPI_Allreduce"}),
+             pcf_events(USER_FUNCTION, "User function", {0: "End", 5: "main", 6: "foo"}),
+             PAPI_TOT_INS_PCF,
+             "EVENT_TYPE\n6    40000018    Tracing mode:\nVALUES\n1      Detailed\n"))
 
 ROW = """LEVEL NODE SIZE 1
 node1

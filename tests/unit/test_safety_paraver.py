@@ -22,19 +22,10 @@ from traceatlas.io.paraver import ParaverReader
 from traceatlas.io.quality import DATA_QUALITY_KEY
 from traceatlas.io.reading import RankData
 from traceatlas.io.sources import Source
-from traceatlas.testing.paraver_text import message, mpi_call, write_prv
+from traceatlas.testing.paraver_text import MPI_P2P, message, mpi_call, mpi_events, pcf, write_prv
 
-PCF = """STATES
-1    Running
-3    Waiting a message
-
-EVENT_TYPE
-9    50000001    MPI Point-to-point
-VALUES
-0   Outside MPI
-1   MPI_Send
-2   MPI_Recv
-"""
+PCF = pcf({1: "Running", 3: "Waiting a message"},
+          mpi_events(MPI_P2P, {1: "MPI_Send", 2: "MPI_Recv"}))
 GOOD = ("1:1:1:1:1:0:10000000:1\n1:2:1:2:1:0:10000000:1\n"
         + mpi_call(1, 1, 1, 2) + mpi_call(2, 2, 1, 3) + message(0, 1, 1, 2, 1, 3, 64))
 """Two states, two MPI calls (4 event records), one message: 7 record lines."""

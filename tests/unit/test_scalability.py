@@ -4,25 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import traceatlas
 from traceatlas.analysis.scalability import scalability
-from traceatlas.testing.mpi import Regions, write_paraver
+from traceatlas.testing.mpi import write_barrier_run
 
 MS = 1_000_000
-NAMES = ["main", "MPI_Barrier"]
 
 
 def _run(tmp_path: Path, name: str, t_ms: int, barrier_starts: list[int]) -> traceatlas.Trace:
     """``main`` [0, t] on each rank and MPI_Barrier [start_r, t]: U_r = start_r."""
-    n = len(barrier_starts)
-    rows = [(r, 0, 0, t_ms) for r in range(n)] + [
-        (r, 1, s, t_ms) for r, s in enumerate(barrier_starts)]
-    a = np.array(rows, dtype=np.int64)
-    prv = write_paraver(tmp_path / f"{name}.prv", n, NAMES,
-                        Regions(a[:, 0], a[:, 1], a[:, 2] * MS, a[:, 3] * MS))
+    prv = write_barrier_run(tmp_path / f"{name}.prv", t_ms, barrier_starts)
     return traceatlas.open(traceatlas.ingest(prv, tmp_path / f"{name}.s"))
 
 

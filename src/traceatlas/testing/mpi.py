@@ -9,6 +9,8 @@ Two levels:
   (``paraver_pcf.mpi_type``: 50000001 point-to-point, 50000002 collective, 50000003
   other); other names are Extrae user functions (60000019). Values are 1-based indices
   within their type, labelled in the ``.pcf``. Times are integer ns (header unit ``_ns``).
+- ``write_barrier_run(path, t_ms, barrier_starts)``: ``main`` and a trailing
+  ``MPI_Barrier`` per rank (ms), for runs whose useful time per rank is set by hand.
 - ``write_mpi_trace(path, ranks=, iterations=, ...)``: the benchmark's iterative MPI
   program: ``MPI_Init``, then per iteration and rank ``compute`` (rank r in
   ``heavy_ranks`` works ``1 + imbalance`` times as long), ``MPI_Send`` to rank r+1,
@@ -129,6 +131,19 @@ def write_paraver(path: str | Path, n_ranks: int, names: Sequence[str], regions:
     prv.with_name(stem + ".row").write_text(
         f"LEVEL NODE SIZE 1\nnode1\n\nLEVEL THREAD SIZE {n_ranks}\n{threads}\n")
     return prv
+
+
+def write_barrier_run(path: str | Path, t_ms: int, barrier_starts: Sequence[int]) -> Path:
+    """A run of ``len(barrier_starts)`` ranks: ``main`` [0, t] on each rank and
+    ``MPI_Barrier`` [start_r, t] on rank r (ms), so that rank r's useful time is start_r.
+    Writes ``path`` (.prv) with its .pcf and .row; returns the .prv path."""
+    ms = 1_000_000
+    n = len(barrier_starts)
+    rows = [(r, 0, 0, t_ms) for r in range(n)] + [
+        (r, 1, s, t_ms) for r, s in enumerate(barrier_starts)]
+    a = np.array(rows, dtype=np.int64)
+    return write_paraver(path, n, ["main", "MPI_Barrier"],
+                         Regions(a[:, 0], a[:, 1], a[:, 2] * ms, a[:, 3] * ms))
 
 
 def _text(values: I64) -> pa.Array:
