@@ -7,6 +7,7 @@ Registered on the ``app`` of ``traceatlas.cli.main`` when that module is importe
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -18,11 +19,11 @@ import typer
 import traceatlas
 from traceatlas.cli import output
 from traceatlas.cli.main import EngineOpt, _check_format, _guard, app, writing
-from traceatlas.errors import InputError
+from traceatlas.cli.outputs import refuse_inputs
 from traceatlas.report import data as report_data
 from traceatlas.report import html, terminal
 from traceatlas.store.cache import cache_root
-from traceatlas.tempfiles import staging_prefix
+from traceatlas.tempfiles import replaceable_file, sibling, staging_prefix
 
 REPO_SAMPLE = Path(traceatlas.__file__).resolve().parents[2] / "examples" / "sample_trace"
 """The sample in a source checkout (``examples/sample_trace``); absent from a wheel."""
@@ -34,8 +35,9 @@ def _open_run(path: Path, engine: str) -> traceatlas.Trace:
 
 
 def _report(paths: list[Path], out: Path | None, fmt: str, engine: str) -> None:
-    if out is not None and out.is_dir():  # a file may be overwritten, a directory never
-        raise InputError(out, "is a directory; -o names the HTML file to write")
+    if out is not None:  # a regular file may be replaced; a directory, device, input never
+        replaceable_file(out, hint="-o names the HTML file to write")
+        refuse_inputs(out, paths)
     runs = [(str(p), _open_run(p, engine)) for p in paths]
     data = report_data.build(runs)
     if fmt == "json":
@@ -46,8 +48,18 @@ def _report(paths: list[Path], out: Path | None, fmt: str, engine: str) -> None:
                             no_wrap=True, soft_wrap=False)
     if out is not None:
         with writing(out):
-            out.write_text(html.render(data), encoding="utf-8")
+            _write_atomic(replaceable_file(out), html.render(data))
         output.stderr.print(f"wrote {out}", highlight=False)
+
+
+def _write_atomic(target: Path, text: str) -> None:
+    """Write ``text`` beside ``target``, then rename it into place (no half-written file)."""
+    tmp = sibling(target, "tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 OutOpt = Annotated[Path | None, typer.Option(

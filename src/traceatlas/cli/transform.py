@@ -12,6 +12,7 @@ import typer
 
 from traceatlas.cli import output
 from traceatlas.cli.main import EngineOpt, _guard, _open, app, writing
+from traceatlas.cli.outputs import refuse_inputs
 from traceatlas.errors import InputError
 from traceatlas.export.registry import EXPORTERS, get_exporter
 from traceatlas.model.schema import CATEGORIES
@@ -46,6 +47,7 @@ def export(
     if not split_ranks and out.is_dir():  # a file may be overwritten, a directory never
         raise InputError(out, "is a directory; choose another -o" + (
             " (or --split-ranks to write one file per rank into it)" if to == "chrome" else ""))
+    refuse_inputs(out, path, directory=split_ranks)
     trace = _open(path, engine)
     if split_ranks:
         from traceatlas.export.chrome import ChromeExporter

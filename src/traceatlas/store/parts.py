@@ -6,7 +6,8 @@ footer), ``bytes``, ``mtime_ns`` and ``blake2b`` (16-byte BLAKE2b of the file's 
 
 Opening a store runs :func:`find_damage`, the cheap checks: every recorded part is present
 with its recorded size; a part whose mtime changed also has its footer read (row count and
-schema against ``model/schema.py``); no unrecorded file lies in a table directory or ends
+schema against ``model/schema.py``) and its hash compared (a same-size rewrite is damage
+too); no unrecorded file lies in a table directory or ends
 ``.parquet`` (reading it would change counts). :func:`find_damage` with ``deep=True`` also
 compares every hash. A store written before part records existed is reported as such.
 """
@@ -121,7 +122,9 @@ def _check_part(store: Path, rec: dict[str, Any], deep: bool) -> Damage | None:
         table = rel.split("/", 1)[0]
         if table in TABLES and not _schema_ok(meta, table):
             return Damage(rel, f"does not have the {table} table's schema")
-    if deep and file_hash(path) != rec.get("blake2b"):
+    # a part rewritten since the store recorded it: same size and footer are not enough
+    changed = st.st_mtime_ns != rec.get("mtime_ns")
+    if (deep or changed) and file_hash(path) != rec.get("blake2b"):
         return Damage(rel, "has other contents than the store wrote (hash differs)")
     return None
 
