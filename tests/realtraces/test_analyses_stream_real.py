@@ -95,8 +95,9 @@ def test_queue_series_never_negative_and_integral(gpu_trace: traceatlas.Trace) -
     last = series.group_by("rank", "device", "stream").agg(pl.col("queue_length").last())
     assert (last["queue_length"] == 0).all()
 
-    # Independent: the area under each stream's queue length = sum over launched
-    # activities of (end - min(launch start, activity start)).
+    # Independent: the area under each stream's queue length = sum over launch calls of
+    # (last end - min(launch start, first start)) per stream the call's activities run on
+    # (a launch call with several activities, e.g. a CUDA graph, is one queue entry).
     cat = pl.col("category").cast(pl.String)
     launch_rows = (gpu_trace.intervals.filter(cat.is_in(["runtime", "driver"]))
                    .select("rank", "correlation", "start_ns").collect().rows())
@@ -104,12 +105,16 @@ def test_queue_series_never_negative_and_integral(gpu_trace: traceatlas.Trace) -
     for rank, corr, start in launch_rows:
         if corr is not None:
             launch[(rank, corr)] = min(start, launch.get((rank, corr), start))
-    area: dict[tuple[int, int, int], int] = defaultdict(int)
+    entries: dict[tuple[int, int, int, int], tuple[int, int]] = {}
     for r in _rows(gpu_trace, DEVICE):
         got = launch.get((r["rank"], r["correlation"]))
         if got is not None:
-            start, end = int(r["start_ns"]), int(r["end_ns"])
-            area[(r["rank"], r["device"], r["stream"])] += end - min(got, start)
+            key = (r["rank"], r["device"], r["stream"], r["correlation"])
+            first, last = entries.get(key, (got, int(r["end_ns"])))
+            entries[key] = (min(first, int(r["start_ns"])), max(last, int(r["end_ns"])))
+    area: dict[tuple[int, int, int], int] = defaultdict(int)
+    for (rank, device, stream, _), (first, last) in entries.items():
+        area[(rank, device, stream)] += last - first
     timed = series.with_columns(
         dur=pl.col("ts_ns").shift(-1).over("rank", "device", "stream") - pl.col("ts_ns"))
     measured = timed.group_by("rank", "device", "stream").agg(

@@ -105,12 +105,14 @@ def test_times_exact_to_the_nanosecond(tmp_path: Path) -> None:
     b = _builder()
     b.cpu_op("aten::add", 1_234, 5_678)                 # ts 1.234 us, dur 4.444 us
     b.cpu_op("aten::mul", 999_999, 1_000_001)           # ts 999.999 us, dur 0.002 us
-    far = 1_365_627_865_398_728                         # ~15.8 days after the base
-    b.cpu_op("aten::sub", far, far + 1_601)             # ts 1365627865398.728 us
+    # ~50 minutes after the base: far from the rest, but inside the run (an event more
+    # than an hour from the bulk is set aside as a timestamp that cannot be right)
+    far = 3_000_123_398_728
+    b.cpu_op("aten::sub", far, far + 1_601)             # ts 3000123398.728 us
     b.launch("void k()", 2_000, 1_001, 7_007, 3)        # kernel 7.007 us, dur 0.003 us
     text = b.to_json()
     assert '"ts": 1.234, "dur": 4.444' in text
-    assert '"ts": 1365627865398.728, "dur": 1.601' in text
+    assert '"ts": 3000123398.728, "dur": 1.601' in text
     trace = _ingest(tmp_path, b)
 
     add = _one(trace, name="aten::add")
@@ -121,7 +123,7 @@ def test_times_exact_to_the_nanosecond(tmp_path: Path) -> None:
         1_700_000_000_000_999_999, 1_700_000_000_001_000_001, 2)
     sub = _one(trace, name="aten::sub")
     assert (sub["start_ns"], sub["end_ns"], sub["dur_ns"]) == (
-        1_701_365_627_865_398_728, 1_701_365_627_865_400_329, 1_601)
+        1_700_003_000_123_398_728, 1_700_003_000_123_400_329, 1_601)
     kernel = _one(trace, name="void k()")
     assert (kernel["start_ns"], kernel["end_ns"]) == (
         1_700_000_000_000_007_007, 1_700_000_000_000_007_010)
