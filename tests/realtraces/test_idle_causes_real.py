@@ -116,3 +116,18 @@ def test_healthy_and_imbalance_findings(stores: dict[str, traceatlas.Trace]) -> 
     assert {0, 1, 3} <= set(coll.ranks)
     assert "wait there for rank 2" in coll.statement and "rank(s) 0, 1, 3" in coll.statement
     assert coll.where.get("op", "").startswith("gloo:")
+
+
+def test_breakdown_host_comm_is_the_gloo_union(stores: dict[str, traceatlas.Trace],
+                                               traces_dir: Path) -> None:
+    """breakdown's host_comm_ns = the union of the file's host-side collective ranges
+    (gloo/c10d ops and PyTorch's comms records; not the device copies of annotations)."""
+    host_comm = re.compile(r"^(gloo:|c10d:|nccl:|record_param_comms)")
+    table = registry.run("breakdown", stores["healthy"], {}).table
+    for rank in (0, 1):
+        events = _events(traces_dir / PLANTED / "healthy" / f"rank-{rank}.json.gz")
+        expected = _union_ns([(e["ts"], e["ts"] + e["dur"]) for e in events
+                              if host_comm.match(e["name"])
+                              and e.get("cat") != "gpu_user_annotation"])
+        got = table.filter(table["rank"] == rank)["host_comm_ns"][0]
+        assert expected > 0 and abs(got - expected) <= 1_000  # us text -> ns rounding

@@ -64,7 +64,23 @@ def test_breakdown_by_device(trace: traceatlas.Trace) -> None:
         "rank": 0, "device": 0, "span_ns": 600 * US, "busy_ns": 550 * US,
         "compute_ns": 450 * US, "comm_ns": 250 * US, "exposed_comm_ns": 50 * US,
         "memory_ns": 70 * US, "exposed_memory_ns": 50 * US, "idle_ns": 50 * US,
+        "host_comm_ns": 0,
     }
+
+
+def test_host_collectives_are_host_communication(tmp_path: Path) -> None:
+    """gloo all-reduce [200, 260) on a helper thread inside c10d::allreduce_ [190, 250) on
+    the main thread, plus gloo:broadcast [400, 420): union = [190, 260) + [400, 420) = 90 us;
+    the cpu_op aten::mm [0, 700) is not communication."""
+    b = _rank0()
+    b.cpu_op("c10d::allreduce_", 190 * US, 250 * US)
+    b.annotation("gloo:all_reduce", 200 * US, 260 * US, tid=777)
+    b.annotation("gloo:broadcast", 400 * US, 420 * US, tid=777)
+    trace = traceatlas.open(traceatlas.ingest(b.write(tmp_path / "rank-0.json"),
+                                              tmp_path / "store"))
+    row = analysis.run("breakdown", trace).table.row(0, named=True)
+    assert row["host_comm_ns"] == 90 * US
+    assert row["comm_ns"] == 250 * US  # the device side is unchanged
 
 
 def test_breakdown_by_stream(trace: traceatlas.Trace) -> None:

@@ -5,7 +5,11 @@ all device activity (kernels, communication kernels, memcpy, memset); ``compute_
 of non-communication kernels; ``comm_ns`` union of communication kernels;
 ``exposed_comm_ns`` communication not overlapped by compute (``|C or K| - |K|``);
 ``memory_ns`` union of memcpy and memset; ``exposed_memory_ns`` memory activity not
-overlapped by compute or communication (``|busy| - |C or K|``); ``idle_ns`` span - busy.
+overlapped by compute or communication (``|busy| - |C or K|``); ``idle_ns`` span - busy;
+``host_comm_ns`` union of the rank's collectives run on the host (gloo, MPI, c10d ops:
+``ops.host_activity.HOST_COLLECTIVE`` on host ops and annotations, and ``mpi`` intervals;
+as in the efficiency model's host communication) over all its threads, the
+same for every device row of the rank (communication the device does not see).
 Unions, never sums: overlapping kernels on several streams count once.
 """
 
@@ -16,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import Param, Result
 from traceatlas.analysis.requirements import DEVICE_WORK
+from traceatlas.ops.host_activity import HOST_COLLECTIVE
 from traceatlas.ops.unions import union_ns
 
 if TYPE_CHECKING:
@@ -66,6 +71,12 @@ class Breakdown:
         frame = parts[0]
         for part in parts[1:]:
             frame = frame.join(part, on=keys, how="left")
+        host = trace.intervals.filter(
+            (pl.col("device").fill_null(-1) < 0)
+            & ((cat == "mpi") | (cat.is_in(("annotation", "cpu_op", "python", "other"))
+                                 & pl.col("name").cast(pl.String).str.contains(HOST_COLLECTIVE)))
+        ).select("rank", "start_ns", "end_ns")
+        frame = frame.join(union_ns(host, ["rank"], "host_comm_ns"), on="rank", how="left")
         table = (
             frame.with_columns(pl.exclude(keys).fill_null(0))
             .with_columns(
@@ -74,7 +85,7 @@ class Breakdown:
                 idle_ns=pl.col("span_ns") - pl.col("busy_ns"),
             )
             .select(*keys, "span_ns", "busy_ns", "compute_ns", "comm_ns", "exposed_comm_ns",
-                    "memory_ns", "exposed_memory_ns", "idle_ns")
+                    "memory_ns", "exposed_memory_ns", "idle_ns", "host_comm_ns")
             .sort(keys)
             .collect()
         )
