@@ -86,7 +86,20 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """A process that has exited but is not reaped yet (Linux ``/proc``; else False).
+    Its files are debris: a worker that died with its parent stays a zombie until init
+    reaps it."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    state = stat[stat.rfind(b")") + 2:][:1]
+    return state in (b"Z", b"X")
 
 
 def _dead_owner(match: re.Match[str]) -> bool:

@@ -156,3 +156,23 @@ def test_an_interrupt_in_the_parent_ends_the_workers() -> None:
         LocalEngine(max_workers=3).map(time.sleep, [0.01, 60, 60], interrupt)
     assert time.monotonic() - t0 < 20
     assert _workers() == []
+
+
+def test_a_zombie_owner_is_dead(tmp_path: Path) -> None:
+    """A worker killed with its parent is a zombie until init reaps it: its staging file
+    is debris (the SIGKILL test failed in CI while init had not reaped the workers yet)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 10
+    while not tempfiles._zombie(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        assert tempfiles._zombie(child.pid)  # exited, not reaped: os.kill(pid, 0) succeeds
+        os.kill(child.pid, 0)
+        assert not tempfiles.pid_alive(child.pid)
+        owner = tempfiles.owner_tag().replace(str(os.getpid()), str(child.pid), 1)
+        debris = tmp_path / f"traceatlas-events-{owner}-abc.json"
+        debris.write_text("{}")
+        assert tempfiles.sweep_staging(tmp_path) == [debris] and not debris.exists()
+    finally:
+        child.wait()
+    assert tempfiles.pid_alive(os.getpid())
