@@ -43,7 +43,7 @@ def _report(paths: list[Path], out: Path | None, fmt: str, engine: str) -> None:
     if fmt == "json":
         sys.stdout.write(json.dumps(data.to_dict()) + "\n")
     else:
-        output.stdout.print(terminal.renderable(data, html_hint=out is None), crop=True,
+        output.stdout.print(terminal.renderable(data, html_hint=out is None), crop=False,
                             overflow="ellipsis",
                             no_wrap=True, soft_wrap=False)
     if out is not None:

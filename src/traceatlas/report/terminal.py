@@ -95,10 +95,12 @@ def ranks_text(ranks: list[int]) -> str:
 
 
 def finding_lines(run: RunReport, budget: int) -> list[Text]:
-    """Top findings, two lines each, within ``budget`` lines."""
+    """Top findings, three lines each (statement, command, next step), within ``budget``
+    lines. The command line is printed whole on one line (the terminal wraps it, no
+    newline is inserted), so it pastes as one command; the others are cut to the width."""
     lines: list[Text] = []
     for f in run.findings:
-        if len(lines) + 2 > budget:
+        if len(lines) + 3 > budget:
             break
         head = Text(f"{f.rank:>2}. ")
         head.append("HIGH " if f.severity == "high" else "info ",
@@ -107,12 +109,12 @@ def finding_lines(run: RunReport, budget: int) -> list[Text]:
             head.append(f"[{literal(cause_words(f.cause))}] ", style="magenta")
         head.append(literal(f.statement))
         head.append(f"  (costs {fmt_ns(f.cost_ns)}{ranks_text(f.ranks)})", style="dim")
-        tail = Text("     -> ", style="dim")
-        if f.command:  # the zoom-in command first: it is what a long line must not lose
-            tail.append(literal(f.command), style="bold blue")
-            tail.append("  ")
-        tail.append(literal(f.next_step), style="dim")
-        lines += [head, tail]
+        lines.append(head)
+        if f.command:  # never cropped nor broken: a cut command cannot be pasted
+            command = Text("     -> ", style="dim", overflow="ignore", no_wrap=True)
+            command.append(literal(f.command), style="bold blue")
+            lines.append(command)
+        lines.append(Text("        " + literal(f.next_step), style="dim"))
     return lines
 
 
