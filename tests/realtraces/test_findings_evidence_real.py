@@ -19,6 +19,7 @@ import traceatlas
 from traceatlas import analysis
 from traceatlas.advisor import Context, exposed_comm
 from traceatlas.advisor.base import fmt_ns
+from traceatlas.testing.compare import plain_union_length
 
 pytestmark = pytest.mark.realtrace
 
@@ -29,19 +30,6 @@ def _open(path: Path, tmp: Path) -> traceatlas.Trace:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return traceatlas.open(traceatlas.ingest(path, tmp / "store"))
-
-
-def _union(spans: list[tuple[int, int]]) -> int:
-    """Length of the union of [start, end) spans: sort and sweep."""
-    total, end = 0, None
-    for s, e in sorted(spans):
-        if end is None or s > end:
-            total += e - s
-            end = e
-        elif e > end:
-            total += e - end
-            end = e
-    return total
 
 
 def _sqlite_split(path: Path) -> dict[int, tuple[int, int, int]]:
@@ -59,8 +47,8 @@ def _sqlite_split(path: Path) -> dict[int, tuple[int, int, int]]:
     for rank, pid in enumerate(pids):
         comm = [(s, e) for p, s, e, n in rows if p == pid and n.lower().startswith("nccl")]
         compute = [(s, e) for p, s, e, n in rows if p == pid and not n.lower().startswith("nccl")]
-        c, k = _union(comm), _union(compute)
-        out[rank] = (c, c + k - _union(comm + compute), 0)
+        c, k = plain_union_length(comm), plain_union_length(compute)
+        out[rank] = (c, c + k - plain_union_length(comm + compute), 0)
         comm_starts[rank] = sorted(s for s, _ in comm)
     counts = {len(v) for v in comm_starts.values()}
     assert len(counts) == 1  # every rank runs the same number of SendRecv kernels

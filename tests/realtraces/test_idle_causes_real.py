@@ -16,6 +16,7 @@ import traceatlas
 from traceatlas.advisor import Context
 from traceatlas.advisor.host_wait import check
 from traceatlas.analysis import registry
+from traceatlas.testing.compare import plain_union_length
 
 PLANTED = "h100-planted"
 COLLECTIVE = re.compile(r"^(gloo:|c10d::)")
@@ -28,19 +29,8 @@ def _events(path: Path) -> list[dict[str, Any]]:
 
 
 def _union_ns(intervals: list[tuple[float, float]]) -> float:
-    """Length of the union of [start, end) intervals (us in, ns out), a plain loop."""
-    total, reach = 0.0, None
-    cur_s = 0.0
-    for s, e in sorted(intervals):
-        if reach is None or s > reach:
-            if reach is not None:
-                total += reach - cur_s
-            cur_s, reach = s, e
-        else:
-            reach = max(reach, e)
-    if reach is not None:
-        total += reach - cur_s
-    return total * 1000
+    """Length of the union of [start, end) intervals: us in (the file's text), ns out."""
+    return plain_union_length(intervals) * 1000
 
 
 @pytest.fixture(scope="module")
