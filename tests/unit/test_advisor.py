@@ -345,7 +345,8 @@ def test_cli_table_and_json(tmp_path: Path) -> None:
     rows = json.loads(out.stdout)
     assert rows[0]["rank"] == 1 and rows[0]["rule"] == "load_imbalance"
     assert set(rows[0]) == {"rank", "rule", "statement", "cost_ns", "evidence", "next_step",
-                            "command", "severity", "cause", "ranks", "per_step", "where"}
+                            "command", "severity", "cause", "ranks", "per_step", "where",
+                            "view"}
     assert rows[0]["cause"] == "load_imbalance"
     assert rows[0]["command"] == f"traceatlas analyze kernels {trace.path} --ranks 2"
     assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from traceatlas.advisor import view_link
 from traceatlas.advisor.base import POP_THRESHOLD, Context, Finding
 from traceatlas.advisor.causes import RULE_CAUSE
-from traceatlas.advisor.commands import why_not
+from traceatlas.advisor.commands import view_why_not, why_not
 from traceatlas.advisor.registry import RULES, get_rule
 
 if TYPE_CHECKING:
@@ -49,6 +50,12 @@ def advise(trace: Trace, *, path: str = "PATH", min_cost_pct: float = 0.0,
             ctx.notes.append(f"{finding.rule}: suggested command dropped ({why}): "
                              f"{finding.command}")
             finding.command = ""
+    view_link.attach(ctx, kept)  # the viewer command opening the map where it points
+    for finding in kept:
+        why = view_why_not(ctx, finding.view) if finding.view else None
+        if why is not None:
+            ctx.notes.append(f"{finding.rule}: view command dropped ({why}): {finding.view}")
+            finding.view = ""
     ranked = rank_findings(kept, order)  # a GPU-bound run: that is the top finding
     return ([f for f in ranked if f.rule == gpu_bound.NAME]
             + [f for f in ranked if f.rule != gpu_bound.NAME])

@@ -38,6 +38,10 @@ class Finding:
     exist: ``{"ms": median cost per step in ms, "count": events per step}``, count only
     where the cause is counted), ``where`` (``annotation``, ``op``, ``kernel``,
     ``call_site`` it points at; only the keys known).
+
+    ``window_ns``: the (start, end) absolute ns the rule's evidence points at, when it
+    has one; ``view``: the ``traceatlas view`` command opening the viewer there (set by
+    ``view_link.attach``, "" until then).
     """
 
     rule: str
@@ -53,6 +57,8 @@ class Finding:
     ranks: list[int] = field(default_factory=list)
     per_step: dict[str, float] | None = None
     where: dict[str, str] = field(default_factory=dict)
+    window_ns: tuple[int, int] | None = None
+    view: str = ""
 
 
 @dataclass

@@ -79,3 +79,37 @@ def first_runnable(ctx: Context, analyses: tuple[str, ...]) -> str:
         if why_not(ctx, command) is None:
             return command
     return ""
+
+
+def view_why_not(ctx: Context, command: str) -> str | None:
+    """None when the ``traceatlas view PATH --window @A:@B [--ranks R]`` command parses
+    with the view CLI's parsers (``parse_window``, ``parse_rank_spans``), its window lies
+    within the trace's span and its ranks are the trace's; else the reason. Starts no
+    server."""
+    from traceatlas.ops.select import parse_rank_spans, parse_window
+
+    try:
+        args = shlex.split(command)
+    except ValueError as exc:
+        return f"unparsable command ({exc})"
+    if args[:2] != ["traceatlas", "view"] or len(args) < 3 or len(args) % 2 == 0:
+        return "not a traceatlas view PATH [--window W] [--ranks R] command"
+    options = dict(zip(args[3::2], args[4::2], strict=True))
+    if set(options) - {"--window", "--ranks"} or len(options) != len(args[3:]) // 2:
+        return f"unexpected options {' '.join(args[3:])}"
+    try:
+        window = parse_window(options["--window"]) if "--window" in options else None
+        spans = parse_rank_spans(options["--ranks"]) if "--ranks" in options else ()
+    except TraceAtlasError as exc:
+        return str(exc)
+    lo, hi = ctx.window
+    if window is not None and not (window.start_absolute and window.end_absolute
+                                   and window.start is not None and window.end is not None
+                                   and lo <= window.start < window.end <= hi):
+        return f"window {options['--window']} is not absolute and inside the trace {lo}:{hi}"
+    ranks = ctx.trace.ranks
+    missing = [f"{a}-{b}" for a, b in spans
+               if sum(a <= r <= b for r in ranks) != b - a + 1]
+    if missing:
+        return f"no rank(s) {', '.join(missing)} in the trace"
+    return None

@@ -62,6 +62,8 @@ class Finding:
     """A word of ``traceatlas.advisor.causes.CAUSES`` (shown with ``cause_words``)."""
     ranks: list[int] = field(default_factory=list)
     """The ranks the finding concerns."""
+    view: str = ""
+    """The ``traceatlas view`` command opening the viewer where the finding points."""
 
 
 @dataclass
@@ -219,7 +221,8 @@ def _findings(run: RunReport, results: Results, top: int) -> None:
         Finding(int(r["rank"]), str(r["rule"]), str(r["statement"]), int(r["cost_ns"] or 0),
                 str(r.get("evidence") or ""), str(r.get("next_step") or ""),
                 str(r.get("command") or ""), str(r.get("severity") or "info"),
-                str(r.get("cause") or ""), [int(x) for x in r.get("ranks") or []])
+                str(r.get("cause") or ""), [int(x) for x in r.get("ranks") or []],
+                str(r.get("view") or ""))
         for r in results.findings(top)[:top]
     ]
 

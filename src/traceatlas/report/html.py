@@ -8,6 +8,7 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 from traceatlas.advisor.causes import cause_words
+from traceatlas.advisor.view_link import view_url
 from traceatlas.names import display_name
 from traceatlas.report import compare, svg
 from traceatlas.report.terminal import FAIR, GOOD, metric_label, ordered, ranks_text
@@ -120,13 +121,18 @@ def _findings(run: RunReport) -> str:
             items.append(f"</ol><details><summary>{len(run.findings) - n} more findings"
                          f'</summary><ol class="findings" start="{n + 1}">')
         command = f" <code>{escape(f.command)}</code>" if f.command else ""
+        url = view_url(f.view) if f.view else ""
+        view = (f'<div class="view">See it on the map: <code>{escape(f.view)}</code>'
+                + (f' <a href="{escape(url)}">open in the viewer</a> (works while '
+                   "<code>traceatlas view</code> runs)" if url else "") + "</div>"
+                if f.view else "")
         items.append(
             f'<li class="{escape(f.severity)}"><span class="badge">{escape(f.severity)}</span>'
             + (f'<span class="cause">{escape(cause_words(f.cause))}</span>' if f.cause else "")
             + f'<span class="stmt">{escape(f.statement)}</span><span class="cost">costs '
             f'{escape(svg.fmt_ns(f.cost_ns))}{escape(ranks_text(f.ranks))}</span>'
             f'<div class="ev">{escape(f.evidence)}</div>'
-            f'<div class="next">Next: {escape(f.next_step)}{command}</div></li>')
+            f'<div class="next">Next: {escape(f.next_step)}{command}</div>{view}</li>')
     tail = "</details>" if len(run.findings) > OPEN_FINDINGS else ""
     return f'<ol class="findings">{"".join(items)}</ol>{tail}'
 

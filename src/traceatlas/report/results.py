@@ -81,7 +81,8 @@ class Results:
             warnings.warn(f"report: the advisor failed: {type(exc).__name__}: {exc}",
                           RuntimeWarning, stacklevel=2)
             raise Unavailable(f"the advisor failed ({type(exc).__name__}: {exc})") from None
-        return [{"rank": i + 1, **{k: getattr(f, k) for k in FINDING_FIELDS}}
+        return [{"rank": i + 1, **{k: getattr(f, k) for k in FINDING_FIELDS},
+                 "view": getattr(f, "view", "")}  # the viewer command, when set
                 for i, f in enumerate(found[:top])]
 
 

@@ -95,12 +95,13 @@ def ranks_text(ranks: list[int]) -> str:
 
 
 def finding_lines(run: RunReport, budget: int) -> list[Text]:
-    """Top findings, three lines each (statement, command, next step), within ``budget``
-    lines. The command line is printed whole on one line (the terminal wraps it, no
-    newline is inserted), so it pastes as one command; the others are cut to the width."""
+    """Top findings, three or four lines each (statement, command, viewer command, next
+    step), within ``budget`` lines. Commands are printed whole on one line (the terminal
+    wraps them, no newline is inserted), so they paste as one command; the others are cut
+    to the width."""
     lines: list[Text] = []
     for f in run.findings:
-        if len(lines) + 3 > budget:
+        if len(lines) + 2 + bool(f.command) + bool(f.view) > budget:
             break
         head = Text(f"{f.rank:>2}. ")
         head.append("HIGH " if f.severity == "high" else "info ",
@@ -114,6 +115,10 @@ def finding_lines(run: RunReport, budget: int) -> list[Text]:
             command = Text("     -> ", style="dim", overflow="ignore", no_wrap=True)
             command.append(literal(f.command), style="bold blue")
             lines.append(command)
+        if f.view:  # opens the viewer where the finding points
+            view = Text("     see ", style="dim", overflow="ignore", no_wrap=True)
+            view.append(literal(f.view), style="blue")
+            lines.append(view)
         lines.append(Text("        " + literal(f.next_step), style="dim"))
     return lines
 
