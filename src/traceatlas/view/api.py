@@ -1,0 +1,157 @@
+"""``/api/meta``, ``/api/tracks``, ``/api/tiles``, ``/api/counters`` and ``/api/rows``:
+the pyramid's answers as compact columnar JSON (``format=arrow`` on tiles and counters:
+Arrow IPC stream). Times are absolute epoch ns; every parameter is checked (400)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import pyarrow as pa
+from starlette.requests import Request
+from starlette.responses import Response
+
+from traceatlas.view import levels
+from traceatlas.view.api_common import Context, json_response, query_of
+from traceatlas.view.params import (
+    MAX_GROUPS,
+    check_bins,
+    get_choice,
+    get_ids,
+    get_int,
+    get_ranks,
+    get_window,
+)
+
+ARROW_TYPE = "application/vnd.apache.arrow.stream"
+
+
+def title_of(trace: Any) -> str:
+    """A short title: the source file's name, or the store's name and its rank count."""
+    sources = trace.manifest.get("sources", [])
+    if len(sources) == 1 and sources[0].get("path"):
+        return os.path.basename(str(sources[0]["path"]))
+    return f"{trace.path.name} ({len(trace.ranks)} ranks)"
+
+
+def meta(ctx: Context, request: Request) -> Response:
+    """``Pyramid.meta()`` plus ``source_format``, ``store`` and ``title``."""
+    query_of(request)
+    out = dict(ctx.pyramid.meta())
+    out.update(source_format=ctx.trace.source_format, store=str(ctx.trace.path),
+               title=ctx.title)
+    return json_response(out)
+
+
+def tracks(ctx: Context, request: Request) -> Response:
+    """Every viewer track with all ``TrackInfo`` fields."""
+    query_of(request)
+    return json_response([_track_dict(t) for t in ctx.pyramid.tracks])
+
+
+def _track_dict(track: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(track) and not isinstance(track, type):
+        return dataclasses.asdict(track)
+    return dict(track)
+
+
+def _level_window(ctx: Context, query: dict[str, str]) -> tuple[int, int, int, list[int]]:
+    level = get_int(query, "level", lo=0, hi=levels.MAX_LEVEL)
+    start, end = get_window(query)
+    check_bins(start, end, levels.bin_ns(level))
+    return level, start, end, get_ids(query, ctx.n_tracks)
+
+
+def tiles(ctx: Context, request: Request) -> Response:
+    """Interval bins of ``tracks`` at ``level`` over ``[start_ns, end_ns]``."""
+    query = query_of(request)
+    fmt = get_choice(query, "format", ("json", "arrow"), "json")
+    level, start, end, ids = _level_window(ctx, query)
+    found = ctx.pyramid.tiles(level, start, end, ids)
+    return _tiles_response(ctx, level, found, fmt, counters=False)
+
+
+def counters(ctx: Context, request: Request) -> Response:
+    """Counter bins (min/mean/max per series) of ``tracks`` at ``level``."""
+    query = query_of(request)
+    fmt = get_choice(query, "format", ("json", "arrow"), "json")
+    level, start, end, ids = _level_window(ctx, query)
+    found = ctx.pyramid.counter_tiles(level, start, end, ids)
+    return _tiles_response(ctx, level, found, fmt, counters=True)
+
+
+def _envelope(ctx: Context, level: int) -> dict[str, Any]:
+    return {"level": level, "origin_ns": int(ctx.pyramid.meta()["origin_ns"]),
+            "categories": list(ctx.pyramid.categories)}
+
+
+def _head(t: Any) -> dict[str, Any]:
+    return {"id": int(t.id), "level": int(t.level), "bin_ns": int(t.bin_ns), "raw": bool(t.raw)}
+
+
+def _tiles_response(ctx: Context, level: int, found: list[Any], fmt: str, *,
+                    counters: bool) -> Response:
+    if fmt == "arrow":
+        return _arrow_response(ctx, level, found, counters=counters)
+    out = _envelope(ctx, level)
+    rows = []
+    used: set[int] = set()
+    for t in found:
+        row = _head(t)
+        row.update({name: t.table.column(name).to_pylist() for name in t.table.column_names})
+        if counters:
+            row["series_names"] = _series_names(ctx, int(t.id))
+        elif "name" in row:
+            used.update(row["name"])
+        rows.append(row)
+    out["tracks"] = rows
+    if not counters:
+        names = ctx.pyramid.names
+        out["names"] = {str(i): names[i] for i in sorted(used) if 0 <= i < len(names)}
+    return json_response(out)
+
+
+def _series_names(ctx: Context, track: int) -> list[str]:
+    return list(getattr(ctx.pyramid.tracks[track], "series", []) or [])
+
+
+def _arrow_response(ctx: Context, level: int, found: list[Any], *, counters: bool) -> Response:
+    """One Arrow IPC stream: the tracks' tables concatenated with an ``id`` column; the
+    envelope, per-track heads and the names used in the schema metadata (JSON)."""
+    heads = [_head(t) for t in found]
+    parts = [t.table.append_column("id", pa.array([int(t.id)] * t.table.num_rows, pa.int32()))
+             for t in found if t.table.num_rows]
+    meta = _envelope(ctx, level)
+    meta["tracks"] = heads
+    if parts:
+        table = pa.concat_tables(parts, promote_options="permissive")
+    else:
+        table = pa.table({"id": pa.array([], pa.int32())})
+    if not counters and "name" in table.column_names:
+        used = {int(i) for i in table.column("name").unique().to_pylist() if i is not None}
+        meta["names"] = {str(i): ctx.pyramid.names[i] for i in sorted(used)}
+    elif counters:
+        meta["series_names"] = {str(h["id"]): _series_names(ctx, h["id"]) for h in heads}
+    table = table.replace_schema_metadata({"traceatlas": json.dumps(meta)})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return Response(sink.getvalue().to_pybytes(), media_type=ARROW_TYPE)
+
+
+def rows(ctx: Context, request: Request) -> Response:
+    """Busy fraction (mean, min, max per bin) of rank groups' synthetic rows."""
+    query = query_of(request)
+    level = get_int(query, "level", lo=0, hi=levels.MAX_LEVEL)
+    start, end = get_window(query)
+    width = levels.bin_ns(level)
+    check_bins(start, end, width)
+    kind = get_choice(query, "kind", ("rank_device", "rank_host"))
+    present = list(ctx.pyramid.meta()["ranks"])
+    ranks = get_ranks(query, present) or present
+    groups = get_int(query, "groups", default=min(len(ranks), 64), lo=1, hi=MAX_GROUPS)
+    found = ctx.pyramid.rows(level, start, end, kind, ranks, groups)
+    return json_response({"level": level, "origin_ns": int(ctx.pyramid.meta()["origin_ns"]),
+                          "bin_ns": width, "groups": found})

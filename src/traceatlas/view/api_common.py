@@ -1,0 +1,130 @@
+"""What every endpoint shares: the opened trace and pyramid, the viewer track id <->
+(rank, track_id) map, strict query reading, compact JSON responses and error answers."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from traceatlas.errors import InputError, QueryError
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from traceatlas.model.trace import Trace
+
+DEVICE_KINDS = ("gpu_stream", "device")
+HOST_KINDS = ("host_thread",)
+SYNTHETIC = {"rank_device": DEVICE_KINDS, "rank_host": HOST_KINDS}
+"""Synthetic per-rank rows -> the store track kinds they are the union of."""
+
+_ENCODER = msgspec.json.Encoder()
+
+
+class NotFound(Exception):
+    """A 404 answer with ``message`` (unknown analysis, no such event)."""
+
+
+class TrackLike(Protocol):
+    """The fields of the pyramid's ``TrackInfo`` the server reads."""
+
+    id: int
+    rank: int
+    track_id: int | None
+    kind: str
+
+
+@dataclass
+class Context:
+    """The trace and pyramid one server serves, with the track maps built once."""
+
+    trace: Trace
+    pyramid: Any
+    title: str = ""
+    pairs: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    """Viewer id -> the (rank, track_id) store tracks it shows (several for a synthetic row)."""
+    by_key: dict[tuple[int, int], int] = field(default_factory=dict)
+    """(rank, track_id) -> viewer id of the store track."""
+    _names: list[str] | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        tracks: list[TrackLike] = list(self.pyramid.tracks)
+        for t in tracks:
+            if t.track_id is not None:
+                self.by_key[(int(t.rank), int(t.track_id))] = int(t.id)
+                self.pairs[int(t.id)] = [(int(t.rank), int(t.track_id))]
+        for t in tracks:
+            if t.track_id is None:
+                kinds = SYNTHETIC.get(t.kind, ())
+                self.pairs[int(t.id)] = [
+                    (int(o.rank), int(o.track_id)) for o in tracks
+                    if o.track_id is not None and o.rank == t.rank and o.kind in kinds]
+
+    @property
+    def n_tracks(self) -> int:
+        """Number of viewer tracks (ids are 0..n-1)."""
+        return len(self.pyramid.tracks)
+
+    def key_frame(self, ids: list[int]) -> pl.DataFrame:
+        """``rank``, ``track_id``, ``track`` (viewer id) rows for ``ids``, store types."""
+        import polars as pl
+
+        rows = [(r, t, i) for i in ids for r, t in self.pairs.get(i, [])]
+        return pl.DataFrame(rows, schema={"rank": pl.Int32, "track_id": pl.Int32,
+                                          "track": pl.Int64}, orient="row")
+
+    def all_keys(self) -> pl.DataFrame:
+        """``key_frame`` of every store track (synthetic rows left out)."""
+        return self.key_frame(sorted(self.by_key.values()))
+
+    def interval_names(self) -> list[str]:
+        """Distinct interval names of the store (read once, on first use)."""
+        with self._lock:
+            if self._names is None:
+                import polars as pl
+
+                frame = self.trace.intervals.select(
+                    pl.col("name").cast(pl.String).unique()).collect()
+                self._names = [n for n in frame["name"].to_list() if n is not None]
+            return self._names
+
+
+def query_of(request: Request) -> dict[str, str]:
+    """The query parameters as a dict; a repeated parameter is an error."""
+    items = request.query_params.multi_items()
+    out: dict[str, str] = {}
+    for key, value in items:
+        if key in out:
+            raise InputError(key, "parameter given more than once")
+        out[key] = value
+    return out
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    """Compact JSON (msgspec)."""
+    return Response(_ENCODER.encode(data), status_code=status, media_type="application/json")
+
+
+def error_response(message: str, status: int) -> Response:
+    """``{"error": message}``."""
+    return json_response({"error": message}, status)
+
+
+Handler = Callable[[Context, Request], Response]
+
+
+def answer(ctx: Context, handler: Handler, request: Request) -> Response:
+    """``handler``'s response; bad input -> 400, ``NotFound`` -> 404, as JSON errors."""
+    try:
+        return handler(ctx, request)
+    except (InputError, QueryError) as exc:
+        return error_response(str(exc), 400)
+    except NotFound as exc:
+        return error_response(str(exc), 404)
