@@ -104,7 +104,7 @@ def test_advisor_json_and_reports_carry_the_view(stepped: traceatlas.Trace) -> N
     table = registry.run("advisor", stepped, {"path": path}).table
     row = table.filter(table["rule"] == "load_imbalance").row(0, named=True)
     assert shlex.split(row["view"])[2] == path
-    url = f"http://127.0.0.1:8765/#start={STEP_1[0]}&end={STEP_1[1]}&ranks=2"
+    url = f"http://127.0.0.1:8765/#start={STEP_1[0]}&end={STEP_1[1]}&ranks=2-2"
     run = RunReport("r", path, "kineto", [0, 1, 2, 3], BASE, 600_000)
     run.findings = [ReportFinding(1, "load_imbalance", "s", 10, "e", "n", "", "high",
                                   ranks=[2], view=row["view"])]
@@ -119,10 +119,12 @@ def test_advisor_json_and_reports_carry_the_view(stepped: traceatlas.Trace) -> N
 
 def test_view_url_round_trip() -> None:
     command = view_link.view_command("s", (BASE + 5, BASE + 9), [0, 1, 2, 7])
+    assert shlex.split(command)[3:] == ["--window", f"@{BASE + 5}:@{BASE + 9}",
+                                        "--ranks", "0-2,7"]
     parts = urlsplit(view_link.view_url(command))
     assert (parts.scheme, parts.netloc, parts.path) == ("http", "127.0.0.1:8765", "/")
     assert parse_qs(parts.fragment) == {"start": [str(BASE + 5)], "end": [str(BASE + 9)],
-                                        "ranks": ["0-2,7"]}
+                                        "ranks": ["0-7"]}  # url.js: one range
     assert view_link.view_url("traceatlas analyze kernels s") == ""
 
 

@@ -27,7 +27,8 @@ from urllib.parse import urlencode
 
 from traceatlas.advisor import stepwise
 from traceatlas.advisor.base import Context, Finding
-from traceatlas.ops.select import merge_spans
+from traceatlas.errors import InputError
+from traceatlas.ops.select import merge_spans, parse_rank_spans
 
 if TYPE_CHECKING:
     import polars as pl
@@ -69,8 +70,9 @@ def view_command(path: str, window: tuple[int, int], ranks: list[int]) -> str:
 
 
 def view_url(command: str, base: str = VIEW_URL) -> str:
-    """The viewer URL (``#start=A&end=B&ranks=R``, absolute ns) of a ``view_command``; ""
-    when ``command`` is not one."""
+    """The viewer URL (``#start=A&end=B&ranks=LO-HI``: absolute ns, and the rank range
+    enclosing the command's ``--ranks``, as the front-end's ``url.js`` reads it) of a
+    ``view_command``; "" when ``command`` is not one."""
     try:
         args = shlex.split(command)
     except ValueError:
@@ -84,7 +86,11 @@ def view_url(command: str, base: str = VIEW_URL) -> str:
         return ""
     state = {"start": start[1:], "end": end[1:]}
     if "--ranks" in options:
-        state["ranks"] = options["--ranks"]
+        try:
+            spans = parse_rank_spans(options["--ranks"])
+        except InputError:
+            return ""
+        state["ranks"] = f"{spans[0][0]}-{spans[-1][1]}"
     return base + "#" + urlencode(state, safe=",-")
 
 
