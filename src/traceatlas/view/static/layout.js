@@ -1,0 +1,111 @@
+// Vertical layout: which rows are drawn, in what order, at which y (CSS px).
+//
+// Rows are grouped rank -> device -> stream, then counters, then host threads, then other
+// tracks. Three modes, chosen from the visible rank range [r0, r1) and the canvas height:
+//  - "lanes": every visible rank has a header row (its synthetic rank_device summary, or
+//    rank_host when it has no device) and, when expanded, one lane per track; collapsed
+//    ranks show the header plus a host summary row;
+//  - "groups": more ranks than fit at one row each: a row is a group of consecutive ranks
+//    drawn from /api/rows (mean busy as intensity, min..max as a band).
+// Zooming the rank axis (ctrl+wheel, scrollbar) narrows [r0, r1) until ranks fit as rows.
+
+export const HEADER_H = 18;
+export const ROW_H = 13;
+export const COUNTER_H = 30;
+export const GROUP_MIN_H = 14;
+const MAX_ROWS = { host_thread: 5, gpu_stream: 3, device: 3, other: 2 };
+const KIND_ORDER = { device: 0, gpu_stream: 1, counter: 2, host_thread: 3, other: 4 };
+
+/** Index the tracks: per rank, its summary rows and its lanes in display order. */
+export function indexTracks(tracks) {
+  const byRank = new Map();
+  for (const t of tracks) {
+    if (!byRank.has(t.rank)) byRank.set(t.rank, { device: null, host: null, lanes: [] });
+    const r = byRank.get(t.rank);
+    if (t.kind === "rank_device") r.device = t;
+    else if (t.kind === "rank_host") r.host = t;
+    else if (t.events > 0 || (t.kind === "counter" && (t.series || []).length > 0)) r.lanes.push(t);
+  }
+  for (const r of byRank.values()) {
+    r.lanes.sort((a, b) => (KIND_ORDER[a.kind] ?? 9) - (KIND_ORDER[b.kind] ?? 9)
+      || a.device - b.device || a.stream - b.stream || a.id - b.id);
+  }
+  return byRank;
+}
+
+/** Depth rows drawn for a lane (raw events deeper than that share the last row). */
+export function depthRows(track) {
+  const cap = MAX_ROWS[track.kind] ?? 2;
+  return Math.max(1, Math.min(cap, (track.max_depth ?? 0) + 1));
+}
+
+function laneHeight(track) {
+  if (track.kind === "counter") return COUNTER_H;
+  return depthRows(track) * ROW_H + 2;
+}
+
+/** Height in px of one rank's rows (collapsed or expanded). */
+function rankRows(rank, info, expanded) {
+  const rows = [];
+  const head = info.device || info.host;
+  rows.push({ kind: "header", rank, track: head ? head.id : null, h: HEADER_H,
+    label: `rank ${rank}`, sub: head === info.device ? "GPU busy" : "host busy", depth: 1 });
+  if (!expanded) {
+    if (info.device && info.host) {
+      rows.push({ kind: "summary", rank, track: info.host.id, h: ROW_H + 2,
+        label: "  host", sub: "host busy", depth: 1 });
+    }
+    return rows;
+  }
+  for (const t of info.lanes) {
+    rows.push({ kind: t.kind === "counter" ? "counter" : "lane", rank, track: t.id,
+      h: laneHeight(t), label: "  " + t.name, sub: t.kind, depth: depthRows(t), info: t });
+  }
+  return rows;
+}
+
+/**
+ * Lay out the rows. `view` = {r0, r1, expanded: Set, scrollY}; `ranks` = sorted rank list;
+ * `height` = px available. Returns {mode, rows (with y), total, groups}.
+ */
+export function layout(byRank, ranks, view, height) {
+  const visible = ranks.slice(view.r0, view.r1);
+  const collapsedH = HEADER_H + ROW_H + 2;
+  if (visible.length * collapsedH > height && visible.length > 1) {
+    const groups = Math.max(1, Math.min(visible.length, Math.floor(height / GROUP_MIN_H)));
+    const h = height / groups;
+    const rows = [];
+    for (let g = 0; g < groups; g++) {
+      const lo = Math.floor((g * visible.length) / groups);
+      const hi = Math.floor(((g + 1) * visible.length) / groups) - 1;
+      const a = visible[lo], b = visible[hi];
+      rows.push({ kind: "group", group: [a, b], rank: a, track: null, y: g * h, h, depth: 1,
+        label: a === b ? `rank ${a}` : `ranks ${a}-${b}`, sub: "mean busy" });
+    }
+    return { mode: "groups", rows, total: height, groups };
+  }
+  const rows = [];
+  let y = 0;
+  // Few collapsed ranks: stretch their summary rows (up to 3x) to use the height.
+  const anyExpanded = visible.some((r) => view.expanded.has(r));
+  const stretch = anyExpanded ? 1
+    : Math.max(1, Math.min(3, height / Math.max(1, visible.length * collapsedH)));
+  for (const rank of visible) {
+    const info = byRank.get(rank) || { device: null, host: null, lanes: [] };
+    for (const row of rankRows(rank, info, view.expanded.has(rank))) {
+      row.h = Math.floor(row.h * stretch);
+      row.y = y - view.scrollY;
+      y += row.h;
+      rows.push(row);
+    }
+  }
+  return { mode: "lanes", rows, total: y, groups: 0 };
+}
+
+/** The row under y (CSS px), or null. */
+export function rowAt(rows, y) {
+  for (const row of rows) {
+    if (y >= row.y && y < row.y + row.h) return row;
+  }
+  return null;
+}

@@ -1,0 +1,390 @@
+"""The trace viewer in a real browser: `traceatlas view STORE --no-browser --port 0` serves
+h100-planted/imbalance (4 ranks, H100 Kineto traces from ../shared/traces), headless
+chromium opens it and the tests drive it with the mouse like a person would.
+
+References are independent of the viewer: kernel names and times come from `traceatlas sql`
+on the window the page shows, the selection's breakdown from `traceatlas analyze breakdown
+--window @A:@B --format json`. Every test also checks that the page logged no console
+error, raised nothing, and requested nothing outside the server's origin.
+
+Set TRACEATLAS_VIEW_SHOTS=<dir> to keep the screenshots (docs/img/view-*.png come from it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.realtrace
+
+TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
+IMBALANCE = TRACES / "h100-planted" / "imbalance"
+CLI = str(Path(sys.executable).parent / "traceatlas")
+VIEWPORT = {"width": 1400, "height": 860}
+
+
+def _cli(*args: str, env: dict[str, str]) -> str:
+    res = subprocess.run([CLI, *args], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The store (ingested once) and a running `traceatlas view` on a free port."""
+    if not (TRACES / "SOURCES.md").is_file():
+        message = f"real traces not found at {TRACES.resolve()}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{message} (CI=true: the real-trace suite must run in CI)")
+        pytest.skip(message)
+    root = tmp_path_factory.mktemp("view")
+    env = dict(os.environ, TRACEATLAS_CACHE_DIR=str(root / "cache"), NO_COLOR="1")
+    store = root / "imbalance.store"
+    _cli("ingest", str(IMBALANCE), "-o", str(store), env=env)
+    proc = subprocess.Popen([CLI, "view", str(store), "--no-browser", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        for line in proc.stdout or []:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    url = None
+    deadline = time.monotonic() + 240
+    while url is None and time.monotonic() < deadline and proc.poll() is None:
+        try:
+            line = lines.get(timeout=0.5).strip()
+        except queue.Empty:
+            continue
+        if line.startswith("http://"):
+            url = line
+    if url is None:
+        proc.kill()
+        err = proc.stderr.read() if proc.stderr else ""
+        pytest.fail(f"traceatlas view did not print its URL: {err[-2000:]}")
+    origin = url.split("/", 3)[:3]
+    try:
+        yield {"url": url, "origin": "/".join(origin), "store": store, "env": env}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+class Page:
+    """A page on the viewer plus what it logged and requested."""
+
+    def __init__(self, browser: Any, srv: dict[str, Any], fragment: str = "") -> None:
+        self.page = browser.new_page(viewport=VIEWPORT)
+        self.srv = srv
+        self.console: list[tuple[str, str]] = []
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        self.page.on("console", lambda m: self.console.append((m.type, m.text)))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.goto(srv["url"] + fragment, wait_until="load")
+        self.settle()
+        box = self.page.locator("#timeline").bounding_box()
+        assert box is not None
+        self.box = box
+
+    def state(self) -> dict[str, Any]:
+        st: dict[str, Any] = self.page.evaluate("() => window.__traceatlas")
+        return st
+
+    def settle(self, timeout: float = 30.0) -> dict[str, Any]:
+        """Wait until the page has drawn and has no request in flight (polled from Python:
+        the page's CSP forbids the eval behind Playwright's wait_for_function)."""
+        deadline = time.monotonic() + timeout
+        calm = 0
+        while time.monotonic() < deadline:
+            st = self.state()
+            calm = calm + 1 if st and st.get("ready") and st.get("pending") == 0 else 0
+            if calm >= 3:
+                return st
+            time.sleep(0.1)
+        raise AssertionError(f"the page did not settle: {self.state()}")
+
+    def x_of(self, t_ns: int, st: dict[str, Any]) -> float:
+        """Page x of absolute time ``t_ns`` in the window ``st`` shows."""
+        start, end = int(st["start_ns"]), int(st["end_ns"])
+        label_w = 190  # render.js LABEL_W
+        plot_w = self.box["width"] - label_w
+        return float(self.box["x"] + label_w + (t_ns - start) / (end - start) * plot_w)
+
+    def check_clean(self) -> None:
+        assert self.errors == []
+        assert [m for m in self.console if m[0] == "error"] == []
+        assert self.requests, "no request seen"
+        outside = [u for u in self.requests if not u.startswith(self.srv["origin"] + "/")]
+        assert outside == []
+        assert self.state()["lastError"] is None
+
+    def close(self) -> None:
+        self.page.close()
+
+
+@pytest.fixture()
+def view(browser: Any, server: dict[str, Any]) -> Iterator[Page]:
+    p = Page(browser, server)
+    yield p
+    p.close()
+
+
+def _api(view: Page, path: str) -> Any:
+    return json.loads(view.page.evaluate("async (p) => (await fetch(p)).text()", path))
+
+
+def _tracks(view: Page) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = _api(view, "/api/tracks")
+    return out
+
+
+def _canvas_ink(view: Page) -> int:
+    """Pixels of the timeline canvas that differ from its background colour."""
+    n: int = view.page.evaluate("""() => {
+        const c = document.getElementById('timeline');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        const bg = [d[0], d[1], d[2]];
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4) {
+            const diff = Math.abs(d[i] - bg[0]) + Math.abs(d[i + 1] - bg[1])
+                + Math.abs(d[i + 2] - bg[2]);
+            if (diff > 30) n++;
+        }
+        return n;
+    }""")
+    return n
+
+
+def _shot(view: Page, name: str, tmp: Path) -> Path:
+    out = tmp / name
+    view.page.screenshot(path=str(out))
+    keep = os.environ.get("TRACEATLAS_VIEW_SHOTS")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(out, Path(keep) / name)
+    return out
+
+
+def _zoom_onto(view: Page, t_ns: int, y: float, until: Any, max_steps: int = 40) -> dict[str, Any]:
+    """Wheel-zoom at the page x of ``t_ns`` (re-aimed after each step) until ``until(state)``."""
+    st = view.settle()
+    for _ in range(max_steps):
+        if until(st):
+            return st
+        view.page.mouse.move(view.x_of(t_ns, st), y)
+        view.page.mouse.wheel(0, -300)
+        st = view.settle()
+    raise AssertionError(f"zoom did not reach the condition: level {st['level']}")
+
+
+def test_overview_draws_every_rank(view: Page, tmp_path: Path) -> None:
+    st = view.state()
+    ranks = sorted({t["rank"] for t in _tracks(view)})
+    assert ranks == [0, 1, 2, 3]
+    assert [f"rank {r}" for r in ranks] == [x for x in st["rows"] if x.startswith("rank ")]
+    # every rank's summary rows are visible and were fetched as pyramid bins, not events
+    assert st["mode"] == "lanes" and st["drawn"] == []
+    assert _canvas_ink(view) > 20_000  # a blank canvas has 0
+    shot = _shot(view, "view-overview.png", tmp_path)
+    assert shot.stat().st_size > 10_000
+    assert view.page.locator("#minimap").is_visible()
+    view.check_clean()
+
+
+def test_wheel_zoom_and_drag_pan(view: Page) -> None:
+    st0 = view.state()
+    s0, e0 = int(st0["start_ns"]), int(st0["end_ns"])
+    cx = view.box["x"] + 190 + (view.box["width"] - 190) / 2
+    cy = view.box["y"] + 100
+    view.page.mouse.move(cx, cy)
+    view.page.mouse.wheel(0, -400)
+    st1 = view.settle()
+    s1, e1 = int(st1["start_ns"]), int(st1["end_ns"])
+    assert e1 - s1 < (e0 - s0) * 0.7 and s1 > s0 and e1 < e0  # zoomed in, around the cursor
+    # drag to the left by 200 px: the window moves later by 200 px worth of time
+    view.page.mouse.move(cx, cy)
+    view.page.mouse.down()
+    view.page.mouse.move(cx - 200, cy, steps=8)
+    view.page.mouse.up()
+    st2 = view.settle()
+    s2, e2 = int(st2["start_ns"]), int(st2["end_ns"])
+    shift = 200 / (view.box["width"] - 190) * (e1 - s1)
+    assert e2 - s2 == e1 - s1
+    assert abs((s2 - s1) - shift) < 0.02 * (e1 - s1)
+    # keys: W zooms in at the centre, A pans left
+    view.page.keyboard.press("w")
+    st3 = view.settle()
+    assert int(st3["end_ns"]) - int(st3["start_ns"]) < e2 - s2
+    view.page.keyboard.press("a")
+    st4 = view.settle()
+    assert int(st4["start_ns"]) < int(st3["start_ns"])
+    assert "#start=" in view.page.url and st4["start_ns"] in view.page.url
+    view.check_clean()
+
+
+def _sql(srv: dict[str, Any], query: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = json.loads(_cli("sql", str(srv["store"]), query, "--format", "json",
+                                                env=srv["env"]))
+    return out
+
+
+def test_deep_zoom_shows_the_kernels_sql_finds(view: Page, server: dict[str, Any],
+                                               tmp_path: Path) -> None:
+    tracks = {t["id"]: t for t in _tracks(view)}
+    streams = {i for i, t in tracks.items() if t["rank"] == 0 and t["kind"] == "gpu_stream"}
+    # a kernel in the middle of the run on rank 0 (chosen by SQL, not by the page)
+    target = _sql(server, "SELECT start_ns, end_ns FROM intervals WHERE rank = 0 AND "
+                          "category = 'kernel' ORDER BY start_ns")
+    mid = target[len(target) // 2]
+    t_mid = (int(mid["start_ns"]) + int(mid["end_ns"])) // 2
+    # expand rank 0 from its label, then zoom on the kernel until its lanes show raw events
+    st = view.state()
+    view.page.mouse.click(view.box["x"] + 40, view.box["y"] + 22 + 8)
+    st = view.settle()
+    assert "stream 7" in st["rows"]
+    y = view.box["y"] + 22 + 30  # the first stream lane
+    # every visible stream lane finer than its pyramid: raw events (contract: raw = level
+    # below the track's finest stored level)
+    st = _zoom_onto(view, t_mid, y, lambda s: s["level"] < min(
+        tracks[i]["finest_level"] for i in s["visible_tracks"] if i in streams))
+    start, end = int(st["start_ns"]), int(st["end_ns"])
+    shown = {tracks[d["track"]]["track_id"] for d in st["drawn"]} & {
+        tracks[i]["track_id"] for i in streams}
+    visible = sorted(tracks[i]["track_id"] for i in st["visible_tracks"] if i in streams)
+    assert visible, st["rows"]
+    drawn = {(tracks[d["track"]]["track_id"], d["name"], int(d["start_ns"]), int(d["end_ns"]))
+             for d in st["drawn"] if d["track"] in streams}
+    ids = ",".join(str(v) for v in visible)
+    ref = _sql(server, "SELECT track_id, name, start_ns, end_ns, category FROM intervals "
+                       f"WHERE rank = 0 AND track_id IN ({ids}) AND start_ns <= {end} "
+                       f"AND end_ns >= {start}")
+    expected = {(r["track_id"], r["name"], int(r["start_ns"]), int(r["end_ns"])) for r in ref}
+    assert any(r["category"] == "kernel" for r in ref)
+    assert shown and drawn == expected
+    _shot(view, "view-zoomed.png", tmp_path)
+
+    # hover the widest kernel drawn: the tooltip names it
+    kernels = {(r["name"], int(r["start_ns"])) for r in ref if r["category"] == "kernel"}
+    boxes = [d for d in st["drawn"] if d["track"] in streams
+             and (d["name"], int(d["start_ns"])) in kernels]
+    best = max(boxes, key=lambda d: d["w"])
+    view.page.mouse.move(view.box["x"] + best["x"] + best["w"] / 2,
+                         view.box["y"] + best["y"] + best["h"] / 2)
+    tip = view.page.locator("#tooltip")
+    tip.wait_for(state="visible", timeout=5000)
+    assert tip.inner_text().splitlines()[0] == best["name"]
+
+    # click it: the details panel shows the same event and its launch chain
+    view.page.mouse.click(view.box["x"] + best["x"] + best["w"] / 2,
+                          view.box["y"] + best["y"] + best["h"] / 2)
+    name = view.page.locator("#details-name")
+    name.wait_for(state="visible", timeout=10000)
+    assert name.inner_text() == best["name"]
+    chain = view.page.locator("[data-testid=details-chain] li")
+    chain.first.wait_for(timeout=10000)
+    assert any("launch" in chain.nth(i).inner_text() for i in range(chain.count()))
+    view.check_clean()
+
+
+def test_selection_breakdown_equals_the_cli(view: Page, server: dict[str, Any]) -> None:
+    y = view.box["y"] + 60
+    x0 = view.box["x"] + 190 + 0.30 * (view.box["width"] - 190)
+    x1 = view.box["x"] + 190 + 0.45 * (view.box["width"] - 190)
+    view.page.keyboard.down("Shift")
+    view.page.mouse.move(x0, y)
+    view.page.mouse.down()
+    view.page.mouse.move(x1, y, steps=10)
+    view.page.mouse.up()
+    view.page.keyboard.up("Shift")
+    panel = view.page.locator("#selection-panel")
+    panel.wait_for(state="visible")
+    view.page.locator("#selection-panel[data-ready='1']").wait_for(timeout=60000)
+    a, b = (int(x) for x in view.state()["sel"])
+    assert b - a > 0
+    ref = json.loads(_cli("analyze", "breakdown", str(server["store"]), "--window",
+                          f"@{a}:@{b}", "--format", "json", env=server["env"]))
+    assert ref, "the reference breakdown is empty"
+    cells = view.page.locator("[data-testid=breakdown-cell]")
+    got: dict[int, dict[str, str]] = {}
+    for i in range(cells.count()):
+        c = cells.nth(i)
+        got.setdefault(int(c.get_attribute("data-row") or -1), {})[
+            c.get_attribute("data-col") or ""] = c.get_attribute("data-value") or ""
+    assert len(got) == len(ref)
+    for i, row in enumerate(ref):
+        assert set(got[i]) == set(row)
+        for col, value in row.items():
+            shown = got[i][col]
+            if value is None:
+                assert shown == ""
+            elif isinstance(value, (int, float)):
+                assert float(shown) == float(value), (col, shown, value)
+            else:
+                assert shown == str(value)
+    assert "sel=" in view.page.url
+    view.check_clean()
+
+
+def test_search_steps_through_occurrences(view: Page, server: dict[str, Any]) -> None:
+    ref = _sql(server, "SELECT count(*) AS n FROM intervals WHERE name ILIKE '%gelubackward%'")
+    n = int(ref[0]["n"])
+    assert n > 1
+    view.page.fill("#search-input", "GeluBackward")
+    view.page.press("#search-input", "Enter")
+    status = view.page.locator("#search-status")
+    view.page.wait_for_timeout(200)
+    st1 = view.settle()
+    assert status.inner_text().startswith("1 / ")
+    assert status.inner_text().split(" / ")[1].split("+")[0] == str(n)
+    view.page.click("#search-next")
+    st2 = view.settle()
+    assert status.inner_text().startswith("2 / ")
+    assert st2["start_ns"] != st1["start_ns"]
+    assert any("GeluBackward" in d["name"] for d in st2["drawn"])
+    view.page.click("#search-prev")
+    view.settle()
+    assert status.inner_text().startswith("1 / ")
+    view.check_clean()
+
+
+def test_dark_theme_and_shared_url(browser: Any, server: dict[str, Any], tmp_path: Path) -> None:
+    p = Page(browser, server)
+    try:
+        p.page.click("#theme-toggle")
+        p.settle()
+        assert p.page.evaluate("() => document.documentElement.dataset.theme") == "dark"
+        p.page.mouse.move(p.box["x"] + 700, p.box["y"] + 100)
+        p.page.mouse.wheel(0, -600)
+        st = p.settle()
+        _shot(p, "view-dark.png", tmp_path)
+        url = p.page.url
+        assert "theme=dark" in url
+        p.check_clean()
+    finally:
+        p.close()
+    # the link opens the same window in the same theme
+    q = Page(browser, server, "#" + url.split("#", 1)[1])
+    try:
+        st2 = q.settle()
+        assert (st2["start_ns"], st2["end_ns"]) == (st["start_ns"], st["end_ns"])
+        assert q.page.evaluate("() => document.documentElement.dataset.theme") == "dark"
+        q.check_clean()
+    finally:
+        q.close()
