@@ -364,3 +364,25 @@ def test_property_bins_of_a_level_sum_to_the_union(tmp_path_factory: pytest.Temp
             lo, hi = origin + b * width, origin + (b + 1) * width
             clipped = [(max(s, lo), min(e, hi)) for s, e in spans if s < hi and e > lo]
             assert busy == plain_union_length(clipped)
+
+
+def test_polars_fallback_gives_the_same_bins(small: tuple[Trace, list[Interval]],
+                                             tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys too wide for the packed numpy path go through Polars: same rows at every level."""
+    from traceatlas.view import pyramid_build
+
+    fast = ensure_pyramid(small[0])
+    monkeypatch.setenv("TRACEATLAS_CACHE_DIR", str(tmp_path / "other-cache"))
+    monkeypatch.setattr(pyramid_build, "level_bins", lambda rows, top: None)
+    slow = ensure_pyramid(small[0])
+    assert slow.directory != fast.directory
+    ids = list(range(len(fast.tracks)))
+    for level in range(fast.top + 1):
+        a = fast.tiles(level, BASE, BASE + 10**6, ids)
+        b = slow.tiles(level, BASE, BASE + 10**6, ids)
+        for x, y in zip(a, b, strict=True):
+            dx, dy = x.table.to_pydict(), y.table.to_pydict()
+            dx["name"] = [fast.names[i] for i in dx["name"]]
+            dy["name"] = [slow.names[i] for i in dy["name"]]
+            assert dx == dy, (level, x.id)

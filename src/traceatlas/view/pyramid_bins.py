@@ -78,7 +78,8 @@ def owned_pieces(start: IntArray, end: IntArray) -> tuple[IntArray, IntArray, In
     empty = np.zeros(0, dtype=np.int64)
     if len(start) == 0:
         return empty, empty, empty
-    points = np.unique(np.concatenate((start, end)))
+    points = np.sort(np.concatenate((start, end)))
+    points = points[np.concatenate(([True], points[1:] != points[:-1]))]
     a, b = points[:-1], points[1:]
     k = np.searchsorted(start, a, side="right") - 1
     owner = last_active(end, k, a)
@@ -122,3 +123,81 @@ def finest_level(count: int, first_ns: int, last_ns: int, top: int) -> int:
         if (last >> shift) - (first_ns >> shift) + 1 <= count:
             return level
     return top
+
+
+Columns = dict[str, IntArray]
+_CAT_BITS = 5  # CATEGORIES has fewer than 32 entries
+
+
+def _bits(values: IntArray) -> int:
+    return max(int(values.max(initial=0)).bit_length(), 1)
+
+
+def level_bins(rows: Columns, top: int) -> list[Columns] | None:
+    """Per level 0..top, the interval bins of one rank: ``rows`` (``id``, ``lvl``, ``bin``,
+    ``cat``, ``name``, ``busy``, ``count``; each row at its track's finest level ``lvl``)
+    summed per (id, bin, cat), coarser levels from the level below (bin // 4), with the
+    dominant ``name`` (most busy ns, then most starts, then the lowest name index).
+
+    Keys are packed in one int64 (sorted with numpy, summed with ``reduceat``); None when
+    they do not fit in 62 bits (the caller then aggregates with Polars).
+    """
+    base = int(rows["id"].min(initial=0))
+    lid = rows["id"] - base
+    b_id, b_bin, b_name = _bits(lid), _bits(rows["bin"]), _bits(rows["name"])
+    if b_id + b_bin + _CAT_BITS + b_name > 62 or (len(rows["bin"]) and rows["bin"].min() < 0):
+        return None
+    s_cat = b_name
+    s_bin = s_cat + _CAT_BITS
+    s_id = s_bin + b_bin
+    mask_bin = (1 << b_bin) - 1
+
+    def pack(sel: npt.NDArray[np.bool_]) -> IntArray:
+        return ((lid[sel] << s_id) | (rows["bin"][sel] << s_bin) | (rows["cat"][sel] << s_cat)
+                | rows["name"][sel])
+
+    key = np.zeros(0, dtype=np.int64)
+    busy = np.zeros(0, dtype=np.int64)
+    count = np.zeros(0, dtype=np.int64)
+    out: list[Columns] = []
+    for level in range(top + 1):
+        sel = rows["lvl"] == level
+        if len(key):
+            coarser = ((key >> s_bin) & mask_bin) >> 2
+            key = (key & ~(mask_bin << s_bin)) | (coarser << s_bin)
+        if sel.any() or len(key):
+            key = np.concatenate((key, pack(sel)))
+            busy = np.concatenate((busy, rows["busy"][sel]))
+            count = np.concatenate((count, rows["count"][sel]))
+            order = np.argsort(key, kind="stable")
+            key, busy, count = key[order], busy[order], count[order]
+            first = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+            key = key[first]
+            busy = np.add.reduceat(busy, first) if len(first) else busy
+            count = np.add.reduceat(count, first) if len(first) else count
+        out.append(_dominant(key, busy, count, s_cat, s_bin, s_id, mask_bin, base))
+    return out
+
+
+def _dominant(key: IntArray, busy: IntArray, count: IntArray, s_cat: int, s_bin: int,
+              s_id: int, mask_bin: int, base: int) -> Columns:
+    """One row per (id, bin, cat) of sorted unique (id, bin, cat, name) keys."""
+    if len(key) == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return {c: empty for c in ("id", "bin", "cat", "busy_ns", "count", "name")}
+    prefix = key >> s_cat
+    new = np.concatenate(([True], prefix[1:] != prefix[:-1]))
+    starts = np.flatnonzero(new)
+    group = np.cumsum(new) - 1
+    top_busy = np.maximum.reduceat(busy, starts)
+    cand = busy == top_busy[group]
+    top_count = np.maximum.reduceat(np.where(cand, count, -1), starts)
+    cand &= count == top_count[group]
+    # Names ascend within a group: the first candidate has the lowest name index.
+    pos = np.where(cand, np.arange(len(key), dtype=np.int64), len(key))
+    pick = np.minimum.reduceat(pos, starts)
+    head = key[starts]
+    return {"id": (head >> s_id) + base, "bin": (head >> s_bin) & mask_bin,
+            "cat": (head >> s_cat) & ((1 << _CAT_BITS) - 1),
+            "busy_ns": np.add.reduceat(busy, starts), "count": np.add.reduceat(count, starts),
+            "name": key[pick] & ((1 << s_cat) - 1)}

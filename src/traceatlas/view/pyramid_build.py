@@ -28,7 +28,14 @@ from traceatlas.model.schema import CATEGORIES
 from traceatlas.model.trace import scan_parts
 from traceatlas.store.layout import part_path
 from traceatlas.view import levels as lv
-from traceatlas.view.pyramid_bins import finest_level, owned_pieces, shift_of, split_in_bins
+from traceatlas.view.pyramid_bins import (
+    Columns,
+    finest_level,
+    level_bins,
+    owned_pieces,
+    shift_of,
+    split_in_bins,
+)
 from traceatlas.view.pyramid_types import TrackInfo
 
 if TYPE_CHECKING:
@@ -151,7 +158,7 @@ class _Names:
     def codes(self, column: pl.Series) -> np.ndarray[Any, np.dtype[np.int64]]:
         import polars as pl
 
-        uniq = column.unique().to_list()
+        uniq = column.unique().sort().to_list()  # sorted: the same indexes every build
         for text in uniq:
             if text not in self.index:
                 self.index[text] = len(self.names)
@@ -235,6 +242,18 @@ def _finish_bins(cur: pl.DataFrame) -> pl.DataFrame:
                     descending=[False, False, False, True, True, False]).group_by(
         ["id", "bin", "cat"], maintain_order=True).agg(
         pl.col("busy").sum().alias("busy_ns"), pl.col("count").sum(), pl.col("name").first())
+
+
+def _interval_levels(rows: pl.DataFrame, top: int) -> list[Columns]:
+    """Per level, the finished interval bins of one rank (numpy; Polars when the packed
+    keys would not fit in 62 bits)."""
+    arrays = {c: rows[c].to_numpy().astype(np.int64) for c in
+              ("id", "lvl", "bin", "cat", "name", "busy", "count")}
+    fast = level_bins(arrays, top)
+    if fast is not None:
+        return fast
+    return [{c: t[c].to_numpy().astype(np.int64) for c in t.columns}
+            for t in map(_finish_bins, _level_tables(rows, top, counters=False))]
 
 
 def _finish_counters(cur: pl.DataFrame) -> pl.DataFrame:
@@ -340,10 +359,9 @@ def build(trace: Trace, dest: Path, key: str, progress: Progress | None = None) 
             by_track = {t.track_id: t for t in mine if t.series and t.track_id is not None}
             crows = _counter_rows(store, rank, by_track, origin)
             ids = [t.id for t in mine]
-            for level, cur in enumerate(_level_tables(rows, top, counters=False)):
-                table = _finish_bins(cur)
-                _locations(table["id"].to_numpy(), ids, batch, loc, level)
-                arrow = table.select("bin", "cat", "busy_ns", "count", "name").to_arrow()
+            for level, cols in enumerate(_interval_levels(rows, top)):
+                _locations(cols["id"], ids, batch, loc, level)
+                arrow = pa.table({c: cols[c] for c in BINS_SCHEMA.names})
                 bw[level].write_batch(_one_batch(arrow, BINS_SCHEMA))
             for level, cur in enumerate(_level_tables(crows, top, counters=True)):
                 table = _finish_counters(cur)
