@@ -153,5 +153,7 @@ def rows(ctx: Context, request: Request) -> Response:
     ranks = get_ranks(query, present) or present
     groups = get_int(query, "groups", default=min(len(ranks), 64), lo=1, hi=MAX_GROUPS)
     found = ctx.pyramid.rows(level, start, end, kind, ranks, groups)
+    if found and "level" in found[0]:  # the pyramid may answer at a coarser level
+        level, width = int(found[0]["level"]), int(found[0]["bin_ns"])
     return json_response({"level": level, "origin_ns": int(ctx.pyramid.meta()["origin_ns"]),
                           "bin_ns": width, "groups": found})
