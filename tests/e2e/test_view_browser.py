@@ -12,6 +12,7 @@ Set TRACEATLAS_VIEW_SHOTS=<dir> to keep the screenshots (docs/img/view-*.png com
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -26,8 +27,6 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.realtrace
-
 TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
 IMBALANCE = TRACES / "h100-planted" / "imbalance"
 CLI = str(Path(sys.executable).parent / "traceatlas")
@@ -40,18 +39,9 @@ def _cli(*args: str, env: dict[str, str]) -> str:
     return res.stdout
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """The store (ingested once) and a running `traceatlas view` on a free port."""
-    if not (TRACES / "SOURCES.md").is_file():
-        message = f"real traces not found at {TRACES.resolve()}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{message} (CI=true: the real-trace suite must run in CI)")
-        pytest.skip(message)
-    root = tmp_path_factory.mktemp("view")
-    env = dict(os.environ, TRACEATLAS_CACHE_DIR=str(root / "cache"), NO_COLOR="1")
-    store = root / "imbalance.store"
-    _cli("ingest", str(IMBALANCE), "-o", str(store), env=env)
+@contextlib.contextmanager
+def _viewer(store: Path, env: dict[str, str]) -> Iterator[dict[str, Any]]:
+    """`traceatlas view STORE --no-browser --port 0` running; its URL and origin."""
     proc = subprocess.Popen([CLI, "view", str(store), "--no-browser", "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     lines: queue.Queue[str] = queue.Queue()
@@ -70,19 +60,49 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             continue
         if line.startswith("http://"):
             url = line
-    if url is None:
-        proc.kill()
-        err = proc.stderr.read() if proc.stderr else ""
-        pytest.fail(f"traceatlas view did not print its URL: {err[-2000:]}")
-    origin = url.split("/", 3)[:3]
     try:
-        yield {"url": url, "origin": "/".join(origin), "store": store, "env": env}
+        if url is None:
+            err = proc.stderr.read() if proc.poll() is not None and proc.stderr else ""
+            pytest.fail(f"traceatlas view did not print its URL: {err[-2000:]}")
+        yield {"url": url, "origin": "/".join(url.split("/", 3)[:3]), "store": store,
+               "env": env}
     finally:
         proc.terminate()
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """h100-planted/imbalance ingested once, served by `traceatlas view`."""
+    if not (TRACES / "SOURCES.md").is_file():
+        message = f"real traces not found at {TRACES.resolve()}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{message} (CI=true: the real-trace suite must run in CI)")
+        pytest.skip(message)
+    root = tmp_path_factory.mktemp("view")
+    env = dict(os.environ, TRACEATLAS_CACHE_DIR=str(root / "cache"), NO_COLOR="1")
+    store = root / "imbalance.store"
+    _cli("ingest", str(IMBALANCE), "-o", str(store), env=env)
+    with _viewer(store, env) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def server_1024(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A synthetic 1,024-rank MPI run (testing.mpi, Paraver text) served by `view`."""
+    from traceatlas.testing.mpi import write_mpi_trace
+
+    root = tmp_path_factory.mktemp("view1024")
+    env = dict(os.environ, TRACEATLAS_CACHE_DIR=str(root / "cache"), NO_COLOR="1")
+    trace = write_mpi_trace(root / "mpi.prv", ranks=1024, iterations=8, imbalance=0.5,
+                            heavy_ranks=range(0, 1024, 2))
+    store = root / "mpi.store"
+    _cli("ingest", str(trace.path), "-o", str(store), env=env)
+    with _viewer(store, env) as srv:
+        yield srv
 
 
 class Page:
@@ -194,6 +214,7 @@ def _zoom_onto(view: Page, t_ns: int, y: float, until: Any, max_steps: int = 40)
     raise AssertionError(f"zoom did not reach the condition: level {st['level']}")
 
 
+@pytest.mark.realtrace
 def test_overview_draws_every_rank(view: Page, tmp_path: Path) -> None:
     st = view.state()
     ranks = sorted({t["rank"] for t in _tracks(view)})
@@ -208,6 +229,7 @@ def test_overview_draws_every_rank(view: Page, tmp_path: Path) -> None:
     view.check_clean()
 
 
+@pytest.mark.realtrace
 def test_wheel_zoom_and_drag_pan(view: Page) -> None:
     st0 = view.state()
     s0, e0 = int(st0["start_ns"]), int(st0["end_ns"])
@@ -245,6 +267,7 @@ def _sql(srv: dict[str, Any], query: str) -> list[dict[str, Any]]:
     return out
 
 
+@pytest.mark.realtrace
 def test_deep_zoom_shows_the_kernels_sql_finds(view: Page, server: dict[str, Any],
                                                tmp_path: Path) -> None:
     tracks = {t["id"]: t for t in _tracks(view)}
@@ -303,6 +326,7 @@ def test_deep_zoom_shows_the_kernels_sql_finds(view: Page, server: dict[str, Any
     view.check_clean()
 
 
+@pytest.mark.realtrace
 def test_selection_breakdown_equals_the_cli(view: Page, server: dict[str, Any]) -> None:
     y = view.box["y"] + 60
     x0 = view.box["x"] + 190 + 0.30 * (view.box["width"] - 190)
@@ -342,6 +366,7 @@ def test_selection_breakdown_equals_the_cli(view: Page, server: dict[str, Any]) 
     view.check_clean()
 
 
+@pytest.mark.realtrace
 def test_search_steps_through_occurrences(view: Page, server: dict[str, Any]) -> None:
     ref = _sql(server, "SELECT count(*) AS n FROM intervals WHERE name ILIKE '%gelubackward%'")
     n = int(ref[0]["n"])
@@ -364,6 +389,7 @@ def test_search_steps_through_occurrences(view: Page, server: dict[str, Any]) ->
     view.check_clean()
 
 
+@pytest.mark.realtrace
 def test_dark_theme_and_shared_url(browser: Any, server: dict[str, Any], tmp_path: Path) -> None:
     p = Page(browser, server)
     try:
@@ -388,3 +414,68 @@ def test_dark_theme_and_shared_url(browser: Any, server: dict[str, Any], tmp_pat
         q.check_clean()
     finally:
         q.close()
+
+
+def test_1024_ranks_group_then_split_to_single_ranks(browser: Any,
+                                                    server_1024: dict[str, Any]) -> None:
+    """More ranks than rows: rank groups covering every rank once, drawn; ctrl+wheel on the
+    rank axis splits them down to single ranks (then lanes)."""
+    p = Page(browser, server_1024)
+    try:
+        st = p.state()
+        assert st["mode"] == "groups"
+        spans = [tuple(int(x) for x in r.split(" ")[1].split("-")) for r in st["rows"]]
+        assert len(spans) >= 30
+        assert spans[0][0] == 0 and spans[-1][-1] == 1023
+        covered = [r for span in spans for r in range(span[0], span[-1] + 1)]
+        assert covered == list(range(1024))  # every rank once, in order
+        assert _canvas_ink(p) > 20_000
+        y = p.box["y"] + 22 + 0.5 * (p.box["height"] - 22)
+        p.page.mouse.move(p.box["x"] + 600, y)
+        p.page.keyboard.down("Control")
+        for _ in range(40):
+            p.page.mouse.wheel(0, -200)
+            st = p.settle()
+            if st["mode"] == "lanes":
+                break
+        p.page.keyboard.up("Control")
+        assert st["mode"] == "lanes"
+        ranks = [int(r.split(" ")[1]) for r in st["rows"] if r.startswith("rank ")]
+        assert 1 <= len(ranks) <= 40 and ranks == list(range(ranks[0], ranks[0] + len(ranks)))
+        assert 300 < ranks[0] < 700  # zoomed where the cursor was (the middle of the axis)
+        assert "ranks=" in p.page.url
+        assert _canvas_ink(p) > 5_000
+        p.check_clean()
+    finally:
+        p.close()
+
+
+@pytest.mark.realtrace
+def test_js_level_choice_and_exact_times_agree_with_python(view: Page) -> None:
+    """The page's level_for (tiles.js) equals view/levels.py's on edge and random cases;
+    its JSON parser keeps epoch ns beyond 2**53 exact (a plain JSON.parse would not)."""
+    import random
+
+    from traceatlas.view import levels
+
+    rng = random.Random(10)
+    cases = [(levels.bin_ns(lv) * px + d, px) for lv in range(0, 12) for px in (1, 835, 1920)
+             for d in (-1, 0, 1)]
+    cases += [(rng.randrange(1, 10**13), rng.randrange(1, 4000)) for _ in range(2000)]
+    got = view.page.evaluate(
+        """async (cases) => {
+            const m = await import('/static/tiles.js');
+            return cases.map(([w, px]) => m.levelFor(w, px));
+        }""", cases)
+    assert got == [levels.level_for(w, px) for w, px in cases]
+    big = [1795540774877517813, 1795540774877517814, 2**63 - 1, -(2**62) - 3, 2**53 + 1]
+    text = json.dumps({"start_ns": big, "small": [1, 2.5]})
+    parsed = view.page.evaluate(
+        """async (text) => {
+            const m = await import('/static/api.js');
+            const r = m.parseJSON(text);
+            return {big: r.start_ns.map((x) => typeof x === 'bigint' ? x.toString() : 'lost'),
+                    small: r.small};
+        }""", text)
+    assert parsed == {"big": [str(b) for b in big], "small": [1, 2.5]}
+    assert str(big[0]) != view.page.evaluate("(t) => String(JSON.parse(t)[0])", json.dumps(big))

@@ -75,12 +75,15 @@ export function layout(byRank, ranks, view, height) {
     const groups = Math.max(1, Math.min(visible.length, Math.floor(height / GROUP_MIN_H)));
     const h = height / groups;
     const rows = [];
+    // as numpy.array_split (the server's split): the first n % groups groups hold one more
+    const base = Math.floor(visible.length / groups), extra = visible.length % groups;
+    let lo = 0;
     for (let g = 0; g < groups; g++) {
-      const lo = Math.floor((g * visible.length) / groups);
-      const hi = Math.floor(((g + 1) * visible.length) / groups) - 1;
+      const hi = lo + base + (g < extra ? 1 : 0) - 1;
       const a = visible[lo], b = visible[hi];
-      rows.push({ kind: "group", group: [a, b], rank: a, track: null, y: g * h, h, depth: 1,
-        label: a === b ? `rank ${a}` : `ranks ${a}-${b}`, sub: "mean busy" });
+      rows.push({ kind: "group", index: g, group: [a, b], rank: a, track: null, y: g * h, h,
+        depth: 1, label: a === b ? `rank ${a}` : `ranks ${a}-${b}`, sub: "mean busy" });
+      lo = hi + 1;
     }
     return { mode: "groups", rows, total: height, groups };
   }

@@ -53,10 +53,11 @@ export class Minimap {
       const gs = this.reply.groups;
       const gh = h / Math.max(1, gs.length);
       gs.forEach((g, gi) => {
+        const bn = Number(g.bin_ns ?? this.binNs);  // the level the server used
         for (let i = 0; i < g.bin.length; i++) {
-          const t = Number(g.bin[i]) * this.binNs;
+          const t = Number(g.bin[i]) * bn;
           ctx.fillStyle = `rgba(${colors.busyRGB}, ${0.05 + 0.95 * g.mean[i]})`;
-          ctx.fillRect(X(t), gi * gh, Math.max(1, X(t + this.binNs) - X(t)), Math.max(1, gh - 0.5));
+          ctx.fillRect(X(t), gi * gh, Math.max(1, X(t + bn) - X(t)), Math.max(1, gh - 0.5));
         }
       });
     }

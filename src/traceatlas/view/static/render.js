@@ -48,6 +48,19 @@ function niceStep(raw) {
   return 10 * p;
 }
 
+/** `text` cut in the middle to fit `w` px (lane names often differ at their end). */
+function fitMiddle(ctx, text, w) {
+  if (ctx.measureText(text).width <= w) return text;
+  let keep = text.length;
+  while (keep > 4) {
+    keep -= 1;
+    const head = Math.ceil(keep / 2), tail = keep - head;
+    const t = text.slice(0, head) + "…" + text.slice(text.length - tail);
+    if (ctx.measureText(t).width <= w) return t;
+  }
+  return fitText(ctx, text, w);
+}
+
 function fitText(ctx, text, w) {
   if (ctx.measureText(text).width <= w) return text;
   let lo = 0, hi = text.length;
@@ -120,7 +133,7 @@ function drawLabel(ctx, f, row) {
   ctx.textBaseline = "middle";
   const mark = row.kind === "header" ? (f.expanded.has(row.rank) ? "▾ " : "▸ ") : "";
   const y = row.y + Math.min(row.h, row.kind === "lane" ? ROW_H + 2 : row.h) / 2;
-  ctx.fillText(fitText(ctx, mark + row.label, LABEL_W - 8), 4, y);
+  ctx.fillText(fitMiddle(ctx, mark + row.label, LABEL_W - 8), 4, y);
 }
 
 function binColor(f, cat, name, busyFrac) {
@@ -187,11 +200,16 @@ function drawTrack(ctx, f, row, X, scale, hitsOut, drawn) {
 
 function drawCounter(ctx, f, row, X, scale, hitsOut) {
   const cols = f.data.chunksFor("counters", f.level, row.track, f.start, f.end);
-  let top = 0;
-  for (const c of cols) for (let i = 0; i < c.n; i++) top = Math.max(top, c.max[i]);
-  if (!(top > 0)) top = 1;
-  const h = row.h - 3;
-  const Y = (v) => row.y + 1 + h - (v / top) * h;
+  let lo = Infinity, hi = -Infinity;  // value range in the window: the lane's scale
+  for (const c of cols) {
+    for (let i = 0; i < c.n; i++) {
+      if (c.start[i] + c.binNs < f.start || c.start[i] > f.end) continue;
+      lo = Math.min(lo, c.min[i]); hi = Math.max(hi, c.max[i]);
+    }
+  }
+  if (!(hi >= lo)) return;
+  const h = row.h - 6;
+  const Y = hi > lo ? (v) => row.y + 3 + h - ((v - lo) / (hi - lo)) * h : () => row.y + row.h / 2;
   for (const c of cols) {
     for (let i = 0; i < c.n; i++) {
       const x0 = X(c.start[i]), x1 = X(c.start[i] + c.binNs);
@@ -207,24 +225,35 @@ function drawCounter(ctx, f, row, X, scale, hitsOut) {
         mean: c.mean[i], max: c.max[i] });
     }
   }
+  ctx.font = "10px system-ui, sans-serif";
+  ctx.fillStyle = f.colors.muted;
+  ctx.textBaseline = "top";
+  ctx.fillText(`${fmtNum(lo)} … ${fmtNum(hi)}`, LABEL_W + 3, row.y + 1);
+}
+
+function fmtNum(v) {
+  const a = Math.abs(v);
+  if (a !== 0 && (a >= 1e6 || a < 1e-3)) return v.toExponential(2);
+  return Number.isInteger(v) ? String(v) : v.toPrecision(4);
 }
 
 function drawGroup(ctx, f, row, X, scale, hitsOut) {
   const g = f.groupData;
   if (!g) return;
-  const grp = g.reply.find((x) => x.ranks[0] === row.group[0] && x.ranks[1] === row.group[1]);
-  if (!grp) return;
+  const grp = g.reply[row.index];
+  if (!grp || grp.ranks[0] !== row.group[0] || grp.ranks[1] !== row.group[1]) return;
+  const bn = Number(grp.bin_ns ?? g.binNs);  // the level the server used (may be coarser)
   const h = row.h - 2;
   for (let i = 0; i < grp.bin.length; i++) {
-    const s = Number(grp.bin[i]) * g.binNs;
-    const x0 = X(s), x1 = X(s + g.binNs);
+    const s = Number(grp.bin[i]) * bn;
+    const x0 = X(s), x1 = X(s + bn);
     if (x1 < LABEL_W || x0 > f.width) continue;
     ctx.fillStyle = `rgba(${f.colors.busyRGB}, ${0.08 + 0.92 * grp.mean[i]})`;
     ctx.fillRect(x0, row.y + 1, Math.max(1, x1 - x0), h);
     ctx.fillStyle = f.colors.band;
     const yMax = row.y + 1 + h * (1 - grp.max[i]), yMin = row.y + 1 + h * (1 - grp.min[i]);
     ctx.fillRect(x0 + (x1 - x0) / 2 - 0.5, yMax, 1, Math.max(1, yMin - yMax));
-    hitsOut.items.push({ x0, x1, type: "group", start: s, end: s + g.binNs, ranks: grp.ranks,
+    hitsOut.items.push({ x0, x1, type: "group", start: s, end: s + bn, ranks: grp.ranks,
       mean: grp.mean[i], min: grp.min[i], max: grp.max[i] });
   }
 }
