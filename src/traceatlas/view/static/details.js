@@ -45,16 +45,12 @@ export async function showEvent(track, ev, tracksById, goTo) {
   const table = el("table", { class: "kv", "data-testid": "details-table" });
   const add = (k, v) => table.appendChild(el("tr", {}, [el("td", { text: k }), el("td", { text: v })]));
   add("duration", fmtDur(Number(BigInt(row.end_ns) - BigInt(row.start_ns))));
-  if (info) add("track", `rank ${info.rank} · ${info.name}`);
+  if (info) add("lane", `rank ${info.rank} · ${info.name}`);
   for (const [k, v] of Object.entries(row)) {
     if (!SKIP.has(k) && k !== "name" && v !== null && v !== undefined) add(k, text(v));
   }
   const parts = [el("div", { id: "details-name", "data-testid": "details-name", class: "title",
     text: text(row.name) }), table];
-  if (row.args !== null && row.args !== undefined) {
-    parts.push(el("h3", { text: "args" }));
-    parts.push(el("pre", { class: "args", text: text(row.args) }));
-  }
   const chain = row.chain || [];
   parts.push(el("h3", { text: `chain (${chain.length})` }));
   const list = el("ol", { class: "chain", "data-testid": "details-chain" });
@@ -65,5 +61,11 @@ export async function showEvent(track, ev, tracksById, goTo) {
     list.appendChild(li);
   }
   parts.push(list);
+  if (row.args !== null && row.args !== undefined) {
+    parts.push(el("h3", { text: "args" }));
+    parts.push(el("pre", { class: "args", text: typeof row.args === "object"
+      ? JSON.stringify(row.args, (k, x) => (typeof x === "bigint" ? x.toString() : x), 1)
+      : text(row.args) }));
+  }
   body.replaceChildren(...parts);
 }

@@ -14,6 +14,7 @@ export const ROW_H = 13;
 export const COUNTER_H = 30;
 export const GROUP_MIN_H = 14;
 const MAX_ROWS = { host_thread: 5, gpu_stream: 3, device: 3, other: 2 };
+const SMALL_TRACK = 16;
 const KIND_ORDER = { device: 0, gpu_stream: 1, counter: 2, host_thread: 3, other: 4 };
 
 /** Index the tracks: per rank, its summary rows and its lanes in display order. */
@@ -35,6 +36,7 @@ export function indexTracks(tracks) {
 
 /** Depth rows drawn for a lane (raw events deeper than that share the last row). */
 export function depthRows(track) {
+  if ((track.events ?? 0) <= SMALL_TRACK) return 1;  // a handful of events: one thin row
   const cap = MAX_ROWS[track.kind] ?? 2;
   return Math.max(1, Math.min(cap, (track.max_depth ?? 0) + 1));
 }

@@ -7,10 +7,14 @@ import { get, text } from "./api.js";
 import { el } from "./details.js";
 import { fmtDur } from "./render.js";
 
+// `show`: the columns drawn when the result has them (all when absent); `indent`: a column
+// whose value indents the first shown column (the efficiency tree's level).
 const ANALYSES = [
   { name: "breakdown", title: "Breakdown (per rank and device)", maxRows: 64 },
-  { name: "efficiency", title: "Efficiency", maxRows: 40 },
-  { name: "kernels", title: "Top kernels", maxRows: 15 },
+  { name: "efficiency", title: "Efficiency", maxRows: 40, show: ["side", "label", "value"],
+    indent: "level", fallback: { label: "metric" }, unitFrom: { value: "metric" } },
+  { name: "kernels", title: "Top kernels", maxRows: 15,
+    show: ["rank", "name", "count", "total_ns", "share_pct"] },
 ];
 
 let ctrl = null;
@@ -19,9 +23,28 @@ function cell(result, analysis, r, i) {
   const v = result.rows[r][i];
   const col = result.columns[i];
   const num = typeof v === "number" || typeof v === "bigint";
-  const shown = num && /_ns$/.test(col) ? fmtDur(Number(v)) : text(v);
-  return el("td", { class: num ? "num" : "", text: shown, "data-testid": `${analysis.name}-cell`,
-    "data-row": String(r), "data-col": col, "data-value": v === null ? "" : String(v) });
+  // a value's unit may come from another column (efficiency: the metric's name)
+  const unitCol = analysis.unitFrom && analysis.unitFrom[col];
+  const unitName = unitCol ? String(result.rows[r][result.columns.indexOf(unitCol)]) : col;
+  let shown = num && /_ns$/.test(unitName) ? fmtDur(Number(v))
+    : typeof v === "number" && !Number.isInteger(v) ? v.toPrecision(4) : text(v);
+  const alt = analysis.fallback && analysis.fallback[col];
+  if ((v === null || v === "") && alt) shown = text(result.rows[r][result.columns.indexOf(alt)]);
+  const lv = analysis.indent ? result.columns.indexOf(analysis.indent) : -1;
+  if (lv >= 0 && i === shownColumns(result, analysis)[1]) {
+    shown = "\u00a0\u00a0".repeat(Number(result.rows[r][lv]) || 0) + shown;  // tree depth
+  }
+  return el("td", { class: num ? "num" : "txt", text: shown,
+    "data-testid": `${analysis.name}-cell`, "data-row": String(r), "data-col": col,
+    "data-value": v === null ? "" : String(v) });
+}
+
+/** Indexes of the columns drawn for this analysis. */
+function shownColumns(result, analysis) {
+  const all = result.columns.map((c, i) => i);
+  if (!analysis.show) return all;
+  const picked = analysis.show.map((c) => result.columns.indexOf(c)).filter((i) => i >= 0);
+  return picked.length ? picked : all;
 }
 
 /** A result table; with few rows and many columns it is transposed (one column per row of
@@ -31,8 +54,9 @@ function table(result, analysis) {
   const t = el("table", { class: "grid", "data-testid": `${analysis.name}-table` });
   const n = Math.min(result.rows.length, analysis.maxRows);
   const label = (c) => c.replace(/_ns$/, "");
-  if (n > 0 && n <= 6 && result.columns.length > 5) {
-    for (let i = 0; i < result.columns.length; i++) {
+  const cols = shownColumns(result, analysis);
+  if (n > 0 && n <= 6 && cols.length > 5) {
+    for (const i of cols) {
       const tr = el("tr", {}, [el("th", { text: label(result.columns[i]) })]);
       for (let r = 0; r < n; r++) tr.appendChild(cell(result, analysis, r, i));
       t.appendChild(tr);
@@ -40,11 +64,11 @@ function table(result, analysis) {
     return t;
   }
   const head = el("tr");
-  for (const c of result.columns) head.appendChild(el("th", { text: label(c) }));
+  for (const i of cols) head.appendChild(el("th", { text: label(result.columns[i]) }));
   t.appendChild(head);
   for (let r = 0; r < n; r++) {
     const tr = el("tr", { "data-testid": `${analysis.name}-row` });
-    result.columns.forEach((c, i) => tr.appendChild(cell(result, analysis, r, i)));
+    for (const i of cols) tr.appendChild(cell(result, analysis, r, i));
     t.appendChild(tr);
   }
   return el("div", { class: "scroll-x" }, [t]);
