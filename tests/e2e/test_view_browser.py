@@ -40,9 +40,9 @@ def _cli(*args: str, env: dict[str, str]) -> str:
 
 
 @contextlib.contextmanager
-def _viewer(store: Path, env: dict[str, str]) -> Iterator[dict[str, Any]]:
-    """`traceatlas view STORE --no-browser --port 0` running; its URL and origin."""
-    proc = subprocess.Popen([CLI, "view", str(store), "--no-browser", "--port", "0"],
+def _viewer(store: Path, env: dict[str, str], *extra: str) -> Iterator[dict[str, Any]]:
+    """`traceatlas view STORE --no-browser --port 0 [extra]` running; its URL and origin."""
+    proc = subprocess.Popen([CLI, "view", str(store), "--no-browser", "--port", "0", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     lines: queue.Queue[str] = queue.Queue()
 
@@ -479,3 +479,33 @@ def test_js_level_choice_and_exact_times_agree_with_python(view: Page) -> None:
         }""", text)
     assert parsed == {"big": [str(b) for b in big], "small": [1, 2.5]}
     assert str(big[0]) != view.page.evaluate("(t) => String(JSON.parse(t)[0])", json.dumps(big))
+
+
+@pytest.mark.realtrace
+def test_token_page_sends_it_on_every_request(browser: Any, server: dict[str, Any]) -> None:
+    """With --token the printed URL carries ?token=; the page loads (its static files via
+    the cookie the server sets) and sends `Authorization: Bearer` on every API call; the
+    same page without the token gets 401 and no data."""
+    token = "t0k-" + "x" * 20
+    with _viewer(server["store"], server["env"], "--token", token) as srv:
+        assert srv["url"].endswith(f"/?token={token}")
+        p = Page(browser, srv)
+        try:
+            auth: dict[str, str | None] = {}
+            p.page.on("request", lambda r: auth.__setitem__(r.url, r.headers.get("authorization")))
+            p.page.mouse.move(p.box["x"] + 600, p.box["y"] + 100)
+            p.page.mouse.wheel(0, -300)
+            p.settle()
+            api = {u: a for u, a in auth.items() if "/api/" in u}
+            assert api and set(api.values()) == {f"Bearer {token}"}
+            assert _canvas_ink(p) > 20_000
+            p.check_clean()
+        finally:
+            p.close()
+        bare = browser.new_page()
+        try:
+            resp = bare.goto(srv["origin"] + "/")
+            assert resp is not None and resp.status == 401
+            assert "missing or wrong token" in bare.content()
+        finally:
+            bare.close()

@@ -1,9 +1,11 @@
 """The viewer's request guard: bearer token, Host header check and security headers.
 
 One pure ASGI middleware (no per-request task switch). A token, when set, must come
-with every request as ``Authorization: Bearer <token>`` or ``?token=<token>``
-(compared in constant time); otherwise 401. The Host header must name one of the
-bound names (DNS rebinding); otherwise 400. Every response carries ``HEADERS``.
+with every request as ``Authorization: Bearer <token>``, ``?token=<token>`` or the
+cookie a ``?token=`` request sets (HttpOnly, SameSite=Strict: the browser sends no
+header for the page's own static files), compared in constant time; otherwise 401.
+The Host header must name one of the bound names (DNS rebinding); otherwise 400.
+Every response carries ``HEADERS``.
 """
 
 from __future__ import annotations
@@ -79,6 +81,18 @@ class Guard:
         headers = {k.lower(): v for k, v in scope.get("headers", [])}
         problem = self._refuse(scope, headers)
         if problem is None:
+            if self.token is not None and b"token=" in scope.get("query_string", b""):
+                # The page was opened with ?token=: a same-site cookie lets the browser
+                # load the page's own static files (it sends no header for those).
+                cookie = (_cookie_name(scope).encode() + b"=" + self.token
+                          + b"; HttpOnly; SameSite=Strict; Path=/")
+                inner = send_headers
+
+                async def send_headers(message: Message) -> None:
+                    if message["type"] == "http.response.start":
+                        message["headers"] = [*message.get("headers", []),
+                                              (b"set-cookie", cookie)]
+                    await inner(message)
             await self.app(scope, receive, send_headers)
             return
         status, text = problem
@@ -106,6 +120,23 @@ class Guard:
                 if key == "token":
                     given = value.encode("latin-1", "replace")
                     break
+        if not given:
+            given = _cookie_token(headers.get(b"cookie", b""), _cookie_name(scope))
         if not secrets.compare_digest(given, self.token):
             return 401, "missing or wrong token"
         return None
+
+
+def _cookie_name(scope: Scope) -> str:
+    """The token cookie's name, per port (cookies are shared by all ports of a host)."""
+    server = scope.get("server") or ("", 0)
+    return f"traceatlas_token_{server[1]}"
+
+
+def _cookie_token(header: bytes, name: str) -> bytes:
+    """The value of cookie ``name`` in a ``Cookie`` header, or b""."""
+    for part in header.split(b";"):
+        key, _, value = part.strip().partition(b"=")
+        if key == name.encode():
+            return value
+    return b""
