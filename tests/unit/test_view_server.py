@@ -28,6 +28,7 @@ from traceatlas.view import levels, security
 from traceatlas.view.app import create_app
 
 BASE = 1_700_000_000_000_000_000
+LONG_NAME = "void kLong<" + "float, " * 60 + "int>()"
 KIND_ORDER = {"device": 0, "gpu_stream": 0, "host_thread": 1, "counter": 2, "other": 3}
 
 
@@ -45,6 +46,8 @@ def build_store(tmp: Path) -> Path:
         b.cpu_op("aten::add", 300_000 + shift, 350_000 + shift)
         b.launch("Memcpy HtoD", 310_000 + shift, 1_000, 500_000 + shift, 20_000,
                  kind="memcpy", nbytes=64)
+        if rank == 0:  # a kernel signature longer than a search text may be
+            b.launch(LONG_NAME, 600_000, 2_000, 610_000, 1_000)
         builders.append(b)
     paths = write_multi_rank(tmp / "raw", builders, gz=False)
     return traceatlas.ingest([str(p) for p in paths], tmp / "store")
@@ -296,6 +299,12 @@ def test_event_details_and_chain(served: tuple[Path, FakePyramid, TestClient]) -
                                             "start_ns": op["start_ns"]}).json()
     assert sorted(c["name"] for c in body["chain"] if c["role"] == "device") == [
         "kA", "sgemm_kB"]
+    long = next(r for r in intervals(store) if r["name"] == LONG_NAME)
+    body = client.get("/api/event", params={"track": vid[(0, long["track_id"])],
+                                            "start_ns": long["start_ns"],
+                                            "name": LONG_NAME}).json()
+    assert body["name"] == LONG_NAME and len(LONG_NAME) > 300
+    assert [c["role"] for c in body["chain"]] == ["host_op", "launch", "device"]
     missing = client.get("/api/event", params={"track": vid[(0, op["track_id"])],
                                                "start_ns": op["start_ns"] + 1})
     assert missing.status_code == 404 and "error" in missing.json()

@@ -214,7 +214,7 @@ def sql(
 
 
 # The export and filter commands live in their own module; importing it registers them.
-from traceatlas.cli import analyze, report, transform  # noqa: E402, F401
+from traceatlas.cli import analyze, report, transform, view  # noqa: E402, F401
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ from traceatlas.view.api_common import Context, NotFound, json_response, query_o
 from traceatlas.view.params import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
+    MAX_NAME,
     get_ids,
     get_int,
     get_text,
@@ -108,7 +109,7 @@ def event(ctx: Context, request: Request) -> Response:
     query = query_of(request)
     track = get_int(query, "track", lo=0, hi=max(ctx.n_tracks - 1, 0))
     start = get_int(query, "start_ns")
-    name = get_text(query, "name", required=False)
+    name = get_text(query, "name", required=False, limit=MAX_NAME)
     frame = _on_tracks(ctx, [track]).filter(pl.col("start_ns") == start)
     if name is not None:
         frame = frame.filter(pl.col("name").cast(pl.String) == name)

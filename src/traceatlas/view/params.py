@@ -18,7 +18,9 @@ MAX_GROUPS = 4096
 DEFAULT_LIMIT = 20_000
 MAX_LIMIT = 200_000
 MAX_TEXT = 200
-"""Characters of a ``name`` parameter (search text, event name)."""
+"""Characters of a search text."""
+MAX_NAME = 8192
+"""Characters of an event name (kernel signatures run to thousands)."""
 
 _INT = re.compile(r"^-?[0-9]{1,19}$")
 
@@ -53,15 +55,16 @@ def get_window(query: Mapping[str, str]) -> tuple[int, int]:
     return start, end
 
 
-def get_text(query: Mapping[str, str], name: str, *, required: bool = True) -> str | None:
-    """A text parameter of at most ``MAX_TEXT`` characters, taken literally."""
+def get_text(query: Mapping[str, str], name: str, *, required: bool = True,
+             limit: int = MAX_TEXT) -> str | None:
+    """A text parameter of at most ``limit`` characters, taken literally."""
     text = query.get(name)
     if text is None:
         if required:
             raise InputError(name, "missing parameter")
         return None
-    if len(text) > MAX_TEXT:
-        raise InputError(name, f"longer than {MAX_TEXT} characters")
+    if len(text) > limit:
+        raise InputError(name, f"longer than {limit} characters")
     return text
 
 
