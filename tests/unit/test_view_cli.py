@@ -11,11 +11,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from test_view_server import BASE, build_store
+from test_view_server import BASE, build_store, intervals
+
+from traceatlas.testing.compare import plain_union_length
 
 EXE = Path(sys.executable).parent / "traceatlas"
 
@@ -74,9 +77,30 @@ def test_serves_meta_on_a_free_port(store: Path) -> None:
         assert meta["ranks"] == [0, 1] and meta["source_format"] == "kineto"
         tracks = httpx.get(_base(url) + "/api/tracks", timeout=30).json()
         assert {t["rank"] for t in tracks} == {0, 1}
+        _check_tiles_cover_the_union(store, _base(url), meta, tracks)
     finally:
         err = _stop(proc)
     assert "serving" in err
+
+
+def _check_tiles_cover_the_union(store: Path, base: str, meta: dict[str, Any],
+                                 tracks: list[dict[str, Any]]) -> None:
+    """Through the real pyramid: at the top level, each store track's busy_ns summed over
+    bins and categories is the union of its intervals (plain loop over pyarrow rows)."""
+    top = meta["levels"][-1]["level"]
+    ids = [t["id"] for t in tracks if t["track_id"] is not None and t["kind"] != "counter"]
+    body = httpx.get(base + "/api/tiles", timeout=30, params={
+        "level": top, "start_ns": meta["start_ns"], "end_ns": meta["end_ns"],
+        "tracks": ",".join(map(str, ids))}).json()
+    rows = intervals(store)
+    for got in body["tracks"]:
+        info = tracks[got["id"]]
+        spans = [(r["start_ns"], r["end_ns"]) for r in rows
+                 if (r["rank"], r["track_id"]) == (info["rank"], info["track_id"])]
+        assert got["raw"] is False and sum(got["busy_ns"]) == plain_union_length(spans), info
+        assert sum(got["count"]) == len(spans)
+        assert all(0 <= i < len(meta["categories"]) for i in got["cat"])
+        assert {str(i) for i in got["name"]} <= set(body["names"])
 
 
 def test_off_loopback_needs_the_printed_token(store: Path) -> None:

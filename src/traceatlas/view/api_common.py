@@ -56,16 +56,17 @@ class Context:
 
     def __post_init__(self) -> None:
         tracks: list[TrackLike] = list(self.pyramid.tracks)
+        by_kind: dict[tuple[int, str], list[tuple[int, int]]] = {}
         for t in tracks:
             if t.track_id is not None:
-                self.by_key[(int(t.rank), int(t.track_id))] = int(t.id)
-                self.pairs[int(t.id)] = [(int(t.rank), int(t.track_id))]
+                key = (int(t.rank), int(t.track_id))
+                self.by_key[key] = int(t.id)
+                self.pairs[int(t.id)] = [key]
+                by_kind.setdefault((key[0], t.kind), []).append(key)
         for t in tracks:
             if t.track_id is None:
-                kinds = SYNTHETIC.get(t.kind, ())
-                self.pairs[int(t.id)] = [
-                    (int(o.rank), int(o.track_id)) for o in tracks
-                    if o.track_id is not None and o.rank == t.rank and o.kind in kinds]
+                self.pairs[int(t.id)] = [k for kind in SYNTHETIC.get(t.kind, ())
+                                         for k in by_kind.get((int(t.rank), kind), [])]
 
     @property
     def n_tracks(self) -> int:
