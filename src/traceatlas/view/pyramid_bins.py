@@ -9,63 +9,60 @@ timeline are disjoint and their union is the union of its intervals.
 
 All times are int64 ns relative to the pyramid's ``origin_ns`` (>= 0); a bin of level L is
 ``1 << shift`` ns with ``shift = 10 + 2 L``. No Python loop runs per event or per bin:
-the owner search is a binary lifting over a sparse table of maxima (O(N log N)).
+the owner search paints a segment tree over the elementary segments (O(N log N) time,
+O(N) memory).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 IntArray = npt.NDArray[np.int64]
 
-_TABLE_LIMIT = 1 << 25
-"""Keep every level of the sparse table in memory up to this many int64s (256 MiB);
-beyond it each level is recomputed when needed (O(N log^2 N) time, O(N) memory)."""
-
-
 def shift_of(level: int) -> int:
     """log2 of ``bin_ns(level)`` (1024 * 4**level)."""
     return 10 + 2 * level
 
 
-def _max_level(end: IntArray, j: int) -> IntArray:
-    """``M_j[i] = max(end[max(0, i - 2**j + 1) .. i])`` by doubling from ``end``."""
-    m = end
-    for k in range(j):
-        step = 1 << k
-        nxt = m.copy()
-        np.maximum(m[step:], m[:-step], out=nxt[step:])
-        m = nxt
-    return m
-
-
-def last_active(end: IntArray, k: IntArray, at: IntArray) -> IntArray:
-    """Per query q: the largest ``i <= k[q]`` with ``end[i] > at[q]``, or -1 (none)."""
-    n = len(end)
-    pos = k.astype(np.int64, copy=True)
-    if n == 0 or len(pos) == 0:
-        return np.full(len(pos), -1, dtype=np.int64)
-    top = max(int(n).bit_length() - 1, 0)
-    keep = n * (top + 1) <= _TABLE_LIMIT
-    tables: list[IntArray] = []
-    if keep:
-        tables = [end]
-        for k_ in range(top):
-            step = 1 << k_
-            nxt = tables[-1].copy()
-            np.maximum(tables[-1][step:], tables[-1][:-step], out=nxt[step:])
-            tables.append(nxt)
-    for j in range(top, -1, -1):
-        size = 1 << j
-        table = tables[j] if keep else _max_level(end, j)
-        ok = pos - size + 1 >= 0
-        idx = np.flatnonzero(ok)
-        jump = table[pos[idx]] <= at[idx]
-        pos[idx[jump]] -= size
-    found = pos >= 0
-    found[found] = end[pos[found]] > at[found]
-    return np.where(found, pos, -1)
+def paint_owners(lo: IntArray, hi: IntArray, m: int) -> IntArray:
+    """Per elementary segment ``0 .. m-1``: the largest ``i`` with ``lo[i] <= j < hi[i]``,
+    or -1. A segment tree painted bottom-up (each ``[lo, hi)`` split into O(log m) nodes,
+    max per node, then pushed down level by level): O(N log m) time, O(N + m) memory."""
+    if m <= 0:
+        return np.zeros(0, dtype=np.int64)
+    size = 1 << max(int(m - 1).bit_length(), 0)
+    dtype = np.int32 if len(lo) < 2**31 - 1 else np.int64
+    tree = np.full(2 * size, -1, dtype=dtype)
+    idx = np.flatnonzero(lo < hi).astype(dtype)
+    left, right = lo[idx] + size, hi[idx] + size
+    nodes: list[IntArray] = []
+    owners: list[npt.NDArray[np.integer]] = []
+    while len(idx):
+        odd = (left & 1).astype(bool)
+        nodes.append(left[odd])
+        owners.append(idx[odd])
+        left += odd
+        odd = (right & 1).astype(bool)
+        right -= odd
+        nodes.append(right[odd])
+        owners.append(idx[odd])
+        left >>= 1
+        right >>= 1
+        live = left < right
+        if not live.all():
+            idx, left, right = idx[live], left[live], right[live]
+    if nodes:
+        np.maximum.at(tree, np.concatenate(nodes), np.concatenate(owners))
+    width = 2
+    while width <= size:
+        half = width >> 1
+        np.maximum(tree[width:2 * width], np.repeat(tree[half:width], 2),
+                   out=tree[width:2 * width])
+        width <<= 1
+    return tree[size:size + m].astype(np.int64)
 
 
 def owned_pieces(start: IntArray, end: IntArray) -> tuple[IntArray, IntArray, IntArray]:
@@ -78,11 +75,11 @@ def owned_pieces(start: IntArray, end: IntArray) -> tuple[IntArray, IntArray, In
     empty = np.zeros(0, dtype=np.int64)
     if len(start) == 0:
         return empty, empty, empty
-    points = np.sort(np.concatenate((start, end)))
+    # start is sorted and end nearly so: timsort merges the runs (np.unique is much slower)
+    points = np.sort(np.concatenate((start, np.sort(end, kind="stable"))), kind="stable")
     points = points[np.concatenate(([True], points[1:] != points[:-1]))]
     a, b = points[:-1], points[1:]
-    k = np.searchsorted(start, a, side="right") - 1
-    owner = last_active(end, k, a)
+    owner = paint_owners(np.searchsorted(points, start), np.searchsorted(points, end), len(a))
     keep = owner >= 0
     owner, a, b = owner[keep], a[keep], b[keep]
     if len(owner) > 1:
@@ -126,65 +123,79 @@ def finest_level(count: int, first_ns: int, last_ns: int, top: int) -> int:
 
 
 Columns = dict[str, IntArray]
+Packed = tuple[IntArray, IntArray, IntArray]
+"""Sorted unique packed keys (id, bin, cat, name) with their busy ns and start counts."""
 _CAT_BITS = 5  # CATEGORIES has fewer than 32 entries
 
 
-def _bits(values: IntArray) -> int:
-    return max(int(values.max(initial=0)).bit_length(), 1)
+@dataclass(frozen=True)
+class KeyLayout:
+    """(id, bin, cat, name) packed in one int64: ``id << s_id | bin << s_bin | cat << s_cat
+    | name`` (ids, bins and names >= 0), so sorting keys sorts by (id, bin, cat, name)."""
+
+    s_cat: int
+    s_bin: int
+    s_id: int
+
+    @classmethod
+    def make(cls, n_ids: int, max_bin: int, n_names: int) -> KeyLayout | None:
+        """The layout for these ranges, or None when it needs more than 62 bits."""
+        b_id = max(int(n_ids - 1).bit_length(), 1)
+        b_bin = max(int(max_bin).bit_length(), 1)
+        b_name = max(int(n_names - 1).bit_length(), 1)
+        if b_id + b_bin + _CAT_BITS + b_name > 62:
+            return None
+        return cls(b_name, b_name + _CAT_BITS, b_name + _CAT_BITS + b_bin)
+
+    @property
+    def mask_bin(self) -> int:
+        return (1 << (self.s_id - self.s_bin)) - 1
+
+    def pack(self, vid: int, bins: IntArray, cat: IntArray, name: IntArray) -> IntArray:
+        """Keys of rows of track ``vid``."""
+        return (vid << self.s_id) | (bins << self.s_bin) | (cat << self.s_cat) | name
 
 
-def level_bins(rows: Columns, top: int) -> list[Columns] | None:
-    """Per level 0..top, the interval bins of one rank: ``rows`` (``id``, ``lvl``, ``bin``,
-    ``cat``, ``name``, ``busy``, ``count``; each row at its track's finest level ``lvl``)
-    summed per (id, bin, cat), coarser levels from the level below (bin // 4), with the
-    dominant ``name`` (most busy ns, then most starts, then the lowest name index).
+def aggregate(key: IntArray, busy: IntArray, count: IntArray) -> Packed:
+    """Sort ``key`` and sum ``busy`` and ``count`` per distinct key."""
+    if len(key) == 0:
+        return key, busy, count
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    first = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+    return key[first], np.add.reduceat(busy[order], first), np.add.reduceat(count[order], first)
 
-    Keys are packed in one int64 (sorted with numpy, summed with ``reduceat``); None when
-    they do not fit in 62 bits (the caller then aggregates with Polars).
-    """
-    base = int(rows["id"].min(initial=0))
-    lid = rows["id"] - base
-    b_id, b_bin, b_name = _bits(lid), _bits(rows["bin"]), _bits(rows["name"])
-    if b_id + b_bin + _CAT_BITS + b_name > 62 or (len(rows["bin"]) and rows["bin"].min() < 0):
-        return None
-    s_cat = b_name
-    s_bin = s_cat + _CAT_BITS
-    s_id = s_bin + b_bin
-    mask_bin = (1 << b_bin) - 1
 
-    def pack(sel: npt.NDArray[np.bool_]) -> IntArray:
-        return ((lid[sel] << s_id) | (rows["bin"][sel] << s_bin) | (rows["cat"][sel] << s_cat)
-                | rows["name"][sel])
-
+def level_bins(by_level: dict[int, list[Packed]], top: int, layout: KeyLayout
+               ) -> list[Columns]:
+    """Per level 0..top, the interval bins of one rank: ``by_level[L]`` holds the packed,
+    aggregated rows of the timelines whose finest level is L; each level is those plus
+    the level below with ``bin // 4``, summed per (id, bin, cat), with the dominant
+    ``name`` (most busy ns, then most starts, then the lowest name index)."""
+    mask_bin = layout.mask_bin
     key = np.zeros(0, dtype=np.int64)
     busy = np.zeros(0, dtype=np.int64)
     count = np.zeros(0, dtype=np.int64)
     out: list[Columns] = []
     for level in range(top + 1):
-        sel = rows["lvl"] == level
-        if len(key):
-            coarser = ((key >> s_bin) & mask_bin) >> 2
-            key = (key & ~(mask_bin << s_bin)) | (coarser << s_bin)
-        if sel.any() or len(key):
-            key = np.concatenate((key, pack(sel)))
-            busy = np.concatenate((busy, rows["busy"][sel]))
-            count = np.concatenate((count, rows["count"][sel]))
-            order = np.argsort(key, kind="stable")
-            key, busy, count = key[order], busy[order], count[order]
-            first = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
-            key = key[first]
-            busy = np.add.reduceat(busy, first) if len(first) else busy
-            count = np.add.reduceat(count, first) if len(first) else count
-        out.append(_dominant(key, busy, count, s_cat, s_bin, s_id, mask_bin, base))
+        new = by_level.get(level, [])
+        if len(key):  # bin // 4 keeps (id, bin) order: runs stay sorted for the merge
+            coarser = ((key >> layout.s_bin) & mask_bin) >> 2
+            key = (key & ~(mask_bin << layout.s_bin)) | (coarser << layout.s_bin)
+        if new or len(key):
+            key, busy, count = aggregate(np.concatenate([key, *(n[0] for n in new)]),
+                                         np.concatenate([busy, *(n[1] for n in new)]),
+                                         np.concatenate([count, *(n[2] for n in new)]))
+        out.append(_dominant(key, busy, count, layout))
     return out
 
 
-def _dominant(key: IntArray, busy: IntArray, count: IntArray, s_cat: int, s_bin: int,
-              s_id: int, mask_bin: int, base: int) -> Columns:
+def _dominant(key: IntArray, busy: IntArray, count: IntArray, layout: KeyLayout) -> Columns:
     """One row per (id, bin, cat) of sorted unique (id, bin, cat, name) keys."""
     if len(key) == 0:
         empty = np.zeros(0, dtype=np.int64)
         return {c: empty for c in ("id", "bin", "cat", "busy_ns", "count", "name")}
+    s_cat, s_bin, s_id = layout.s_cat, layout.s_bin, layout.s_id
     prefix = key >> s_cat
     new = np.concatenate(([True], prefix[1:] != prefix[:-1]))
     starts = np.flatnonzero(new)
@@ -197,7 +208,7 @@ def _dominant(key: IntArray, busy: IntArray, count: IntArray, s_cat: int, s_bin:
     pos = np.where(cand, np.arange(len(key), dtype=np.int64), len(key))
     pick = np.minimum.reduceat(pos, starts)
     head = key[starts]
-    return {"id": (head >> s_id) + base, "bin": (head >> s_bin) & mask_bin,
+    return {"id": head >> s_id, "bin": (head >> s_bin) & layout.mask_bin,
             "cat": (head >> s_cat) & ((1 << _CAT_BITS) - 1),
             "busy_ns": np.add.reduceat(busy, starts), "count": np.add.reduceat(count, starts),
             "name": key[pick] & ((1 << s_cat) - 1)}

@@ -27,17 +27,45 @@ class LevelFiles:
         self.directory = directory
         self.prefix = prefix
         self.loc = locations
-        self._readers: dict[int, pa.ipc.RecordBatchFileReader] = {}
+        self._readers: dict[int, tuple[pa.Buffer, pa.ipc.RecordBatchFileReader]] = {}
         self._batches: dict[tuple[int, int], tuple[pa.RecordBatch, np.ndarray[Any, Any]]] = {}
+        self._words: dict[int, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None] = {}
+
+    def _reader(self, level: int) -> tuple[pa.Buffer, pa.ipc.RecordBatchFileReader]:
+        got = self._readers.get(level)
+        if got is None:
+            path = self.directory / f"{self.prefix}-{level}.arrow"
+            whole = pa.memory_map(str(path)).read_buffer()  # zero-copy view of the file
+            got = self._readers[level] = (whole, pa.ipc.open_file(whole))
+        return got
+
+    def words(self, level: int, columns: tuple[int, ...]
+              ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None:
+        """The level file as int64 words and, per batch, the word offset of each of
+        ``columns`` (64-bit columns) in it; None when a buffer is not 8-byte aligned."""
+        if level in self._words:
+            return self._words[level]
+        whole, reader = self._reader(level)
+        words = np.frombuffer(whole, dtype=np.int64, count=whole.size // 8)
+        base = np.zeros((reader.num_record_batches, len(columns)), dtype=np.int64)
+        got: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = (words, base)
+        for b in range(reader.num_record_batches):
+            rb = reader.get_batch(b)
+            for j, c in enumerate(columns):
+                col = rb.column(c)
+                byte = col.buffers()[1].address - whole.address + 8 * col.offset \
+                    if rb.num_rows else 0
+                if byte % 8 or col.type.bit_width != 64:
+                    got = None
+                    break
+                base[b, j] = byte // 8
+        self._words[level] = got
+        return got
 
     def _batch(self, level: int, batch: int) -> tuple[pa.RecordBatch, np.ndarray[Any, Any]]:
         got = self._batches.get((level, batch))
         if got is None:
-            reader = self._readers.get(level)
-            if reader is None:
-                source = pa.memory_map(str(self.directory / f"{self.prefix}-{level}.arrow"))
-                reader = self._readers[level] = pa.ipc.open_file(source)
-            rb = reader.get_batch(batch)
+            rb = self._reader(level)[1].get_batch(batch)
             bins = rb.column(0).to_numpy(zero_copy_only=True) if rb.num_rows else \
                 np.zeros(0, dtype=np.int64)
             got = self._batches[(level, batch)] = (rb, bins)
@@ -74,14 +102,62 @@ def bin_range(level: int, start_ns: int, end_ns: int, origin_ns: int) -> tuple[i
     return lo, hi
 
 
+def _lower_bound(words: np.ndarray[Any, Any], base: np.ndarray[Any, Any],
+                 size: np.ndarray[Any, Any], value: int) -> np.ndarray[Any, Any]:
+    """Per run r (``words[base[r] : base[r] + size[r]]``, sorted): the first index whose
+    word is >= ``value``; one vectorised binary search over every run at once."""
+    lo = np.zeros(len(base), dtype=np.int64)
+    hi = size.astype(np.int64, copy=True)
+    act = np.flatnonzero(lo < hi)
+    while len(act):
+        mid = (lo[act] + hi[act]) >> 1
+        right = words[base[act] + mid] < value
+        lo[act] = np.where(right, mid + 1, lo[act])
+        hi[act] = np.where(right, hi[act], mid)
+        act = act[lo[act] < hi[act]]
+    return lo
+
+
 def busy_matrix(files: LevelFiles, level: int, ids: list[int | None], bin_lo: int,
                 bin_hi: int) -> np.ndarray[Any, np.dtype[np.float64]]:
     """Busy ns per (row of ``ids``, bin ``bin_lo..bin_hi``), summed over categories; a None
-    id (a rank without that row) stays 0."""
+    id (a rank without that row) stays 0. Vectorised across rows: a binary search of every
+    row's run at once in the memory-mapped level file, then one ``bincount``."""
     n_bins = bin_hi - bin_lo + 1
     if n_bins > MAX_ROW_BINS:
         raise QueryError(f"the window holds {n_bins} bins at level {level} (at most "
                          f"{MAX_ROW_BINS}); ask a coarser level")
+    if n_bins <= 0:
+        return np.zeros((len(ids), 0), dtype=np.float64)
+    words = files.words(level, (0, 2))  # bin, busy_ns
+    if words is None:
+        return busy_matrix_loop(files, level, ids, bin_lo, bin_hi)
+    data, base = words
+    row = np.array([i for i, t in enumerate(ids) if t is not None], dtype=np.int64)
+    track = np.array([t for t in ids if t is not None], dtype=np.int64)
+    loc = files.loc[level, track] if len(track) else np.zeros((0, 3), dtype=np.int64)
+    b_bin = base[loc[:, 0], 0] + loc[:, 1]
+    b_busy = base[loc[:, 0], 1] + loc[:, 1]
+    size = loc[:, 2] - loc[:, 1]
+    i0 = _lower_bound(data, b_bin, size, bin_lo)
+    i1 = _lower_bound(data, b_bin, size, bin_hi + 1)
+    count = i1 - i0
+    total = int(count.sum())
+    which = np.repeat(np.arange(len(row), dtype=np.int64), count)
+    pos = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count) \
+        + i0[which]
+    bins = data[b_bin[which] + pos] - bin_lo
+    busy = data[b_busy[which] + pos]
+    flat = np.bincount(row[which] * n_bins + bins, weights=busy.astype(np.float64),
+                       minlength=len(ids) * n_bins)
+    return flat.reshape(len(ids), n_bins).astype(np.float64, copy=False)
+
+
+def busy_matrix_loop(files: LevelFiles, level: int, ids: list[int | None], bin_lo: int,
+                     bin_hi: int) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """``busy_matrix`` one row at a time (the reference, and the path for unaligned
+    files)."""
+    n_bins = bin_hi - bin_lo + 1
     out = np.zeros((len(ids), max(n_bins, 0)), dtype=np.float64)
     if n_bins <= 0:
         return out
