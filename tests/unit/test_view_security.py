@@ -185,3 +185,21 @@ def test_random_queries_never_500(local: TestClient, path: str, query: dict[str,
     if path.startswith("/api/"):
         body = r.json()
         assert r.status_code == 200 or set(body) == {"error"}
+
+
+class BrokenPyramid(FakePyramid):
+    def tiles(self, level: int, start: int, end: int, ids: list[int]) -> list[object]:
+        raise RuntimeError("boom /secret/path")
+
+
+def test_an_internal_error_shows_no_traceback(parts: tuple[traceatlas.Trace, FakePyramid]
+                                              ) -> None:
+    trace, good = parts
+    broken = BrokenPyramid.__new__(BrokenPyramid)
+    broken.__dict__.update(good.__dict__)
+    web = create_app(trace, broken, token=None, allowed_hosts=["127.0.0.1"])
+    client = TestClient(web, base_url="http://127.0.0.1", raise_server_exceptions=False)
+    r = client.get("/api/tiles", params={"level": 3, "start_ns": BASE, "end_ns": BASE + 9,
+                                         "tracks": "1"})
+    assert r.status_code == 500 and r.json() == {"error": "internal error"}
+    assert "boom" not in r.text and "Traceback" not in r.text
