@@ -192,6 +192,18 @@ def _canvas_ink(view: Page) -> int:
     return n
 
 
+def _canvas_hash(view: Page) -> int:
+    """A cheap hash of the timeline canvas pixels."""
+    h: int = view.page.evaluate("""() => {
+        const c = document.getElementById('timeline');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let h = 0;
+        for (let i = 0; i < d.length; i += 7) h = (Math.imul(h, 31) + d[i]) | 0;
+        return h;
+    }""")
+    return h
+
+
 def _shot(view: Page, name: str, tmp: Path) -> Path:
     out = tmp / name
     view.page.screenshot(path=str(out))
@@ -295,7 +307,7 @@ def test_deep_zoom_shows_the_kernels_sql_finds(view: Page, server: dict[str, Any
     drawn = {(tracks[d["track"]]["track_id"], d["name"], int(d["start_ns"]), int(d["end_ns"]))
              for d in st["drawn"] if d["track"] in streams}
     ids = ",".join(str(v) for v in visible)
-    ref = _sql(server, "SELECT track_id, name, start_ns, end_ns, category FROM intervals "
+    ref = _sql(server, "SELECT track_id, name, start_ns, end_ns, category, depth FROM intervals "
                        f"WHERE rank = 0 AND track_id IN ({ids}) AND start_ns <= {end} "
                        f"AND end_ns >= {start}")
     expected = {(r["track_id"], r["name"], int(r["start_ns"]), int(r["end_ns"])) for r in ref}
@@ -303,16 +315,40 @@ def test_deep_zoom_shows_the_kernels_sql_finds(view: Page, server: dict[str, Any
     assert shown and drawn == expected
     _shot(view, "view-zoomed.png", tmp_path)
 
-    # hover the widest kernel drawn: the tooltip names it
-    kernels = {(r["name"], int(r["start_ns"])) for r in ref if r["category"] == "kernel"}
+    # hover the widest kernel drawn that runs inside a GPU annotation (depth > 0): the
+    # tooltip names it and what encloses it
+    kernels = {(r["name"], int(r["start_ns"])) for r in ref
+               if r["category"] == "kernel" and r["depth"] > 0}
     boxes = [d for d in st["drawn"] if d["track"] in streams
              and (d["name"], int(d["start_ns"])) in kernels]
+    assert boxes, "no nested kernel drawn in the window"
     best = max(boxes, key=lambda d: d["w"])
     view.page.mouse.move(view.box["x"] + best["x"] + best["w"] / 2,
                          view.box["y"] + best["y"] + best["h"] / 2)
     tip = view.page.locator("#tooltip")
     tip.wait_for(state="visible", timeout=5000)
-    assert tip.inner_text().splitlines()[0] == best["name"]
+    lines = tip.inner_text().splitlines()
+    assert lines[0] == best["name"]
+    # the tooltip's "in:" line names the events enclosing it on its lane (SQL: shallower
+    # intervals of the same track covering it), outermost first
+    tid = tracks[best["track"]]["track_id"]
+    b0, b1 = int(best["start_ns"]), int(best["end_ns"])
+    depth = _sql(server, f"SELECT depth FROM intervals WHERE rank = 0 AND track_id = {tid} "
+                         f"AND start_ns = {b0} AND end_ns = {b1}")[0]["depth"]
+    outer = _sql(server, f"SELECT name FROM intervals WHERE rank = 0 AND track_id = {tid} AND "
+                         f"depth < {depth} AND start_ns <= {b0} AND end_ns >= {b1} "
+                         "ORDER BY depth")
+    inside = [x[4:] for x in lines if x.startswith("in: ")]
+    assert outer and inside == [" \u203a ".join(r["name"] for r in outer)]
+
+    # colour modes redraw the same events differently, without errors
+    hashes = {"start": _canvas_hash(view)}
+    for mode in ("name", "busy", "category"):
+        view.page.select_option("#color-mode", mode)
+        view.settle()
+        hashes[mode] = _canvas_hash(view)
+    assert hashes["name"] != hashes["start"] and hashes["busy"] != hashes["start"]
+    assert hashes["category"] == hashes["start"]  # back to the same picture
 
     # click it: the details panel shows the same event and its launch chain
     view.page.mouse.click(view.box["x"] + best["x"] + best["w"] / 2,

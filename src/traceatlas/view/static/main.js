@@ -5,7 +5,8 @@
 //   {start_ns, end_ns (absolute ns as decimal strings: exact), level, mode, drawn: [{track,
 //    name, start_ns, end_ns, x, y, w, h (box in canvas CSS px)}] raw events drawn in the
 //    last frame, visible_tracks, rows (labels), sel, frames, pending (requests in flight or
-//    due), lastError, ready}.
+//    due), lastError, ready, first_frame_ms (ms from navigation start to the first frame
+//    drawn with nothing pending)}.
 
 import { get, abs, rel } from "./api.js";
 import { indexTracks, layout, rowAt, HEADER_H } from "./layout.js";
@@ -20,7 +21,7 @@ import { readHash, writeHash } from "./url.js";
 
 const MIN_WINDOW_NS = 200;
 const state = window.__traceatlas = { start_ns: null, end_ns: null, level: null, mode: null,
-  drawn: [], frames: 0, pending: 0, lastError: null, ready: false };
+  drawn: [], frames: 0, pending: 0, lastError: null, ready: false, first_frame_ms: null };
 
 const canvas = document.getElementById("timeline");
 const tooltip = document.getElementById("tooltip");
@@ -148,8 +149,11 @@ function tooltipLines(row, it) {
   const where = info ? `rank ${info.rank} · ${info.name}` : row.label.trim();
   if (it.type === "event") {
     const e = it.ev;
-    return [e.name, `${e.category} · ${fmtDur(e.end - e.start)}`, where,
+    const lines = [e.name, `${e.category} · ${fmtDur(e.end - e.start)}`, where,
       `start +${fmtDur(e.start)} · depth ${e.depth}`];
+    const inside = enclosing(row.track, e);
+    if (inside.length) lines.push(`in: ${inside.join(" › ")}`);
+    return lines;
   }
   if (it.type === "bin") {
     return [data.nameOf(it.name), `${meta.categories[it.cat] || "?"} · busy ${(100 * it.busy / it.binNs).toFixed(1)}%` +
@@ -163,6 +167,20 @@ function tooltipLines(row, it) {
 }
 
 let mouse = null;  // last hover position, re-hit after each frame (the data under it moves)
+
+/** Names of the events enclosing `e` on its track (shallower depth, covering its start):
+ * the annotation / op it runs under, outermost first. */
+function enclosing(track, e) {
+  const ev = data.eventsFor(track);
+  if (!ev || e.depth <= 0) return [];
+  const byDepth = new Map();
+  for (const o of ev.list) {
+    if (o.depth < e.depth && o.start <= e.start && o.end >= e.end && !byDepth.has(o.depth)) {
+      byDepth.set(o.depth, o.name);
+    }
+  }
+  return [...byDepth.keys()].sort((a, b) => a - b).map((d) => byDepth.get(d));
+}
 
 function hover(x, y) {
   mouse = x >= 0 ? { x, y } : null;
@@ -266,6 +284,9 @@ function frame() {
     visible_tracks: visible.map((r) => r.track),
     sel: v.sel ? [abs(v.sel[0], origin).toString(), abs(v.sel[1], origin).toString()] : null,
     ready: true });
+  if (state.first_frame_ms === null && state.pending === 0) {
+    state.first_frame_ms = Math.round(performance.now());  // since navigation start
+  }
   if (mouse) hover(mouse.x, mouse.y);
   drawLegend();
   if (state.pending > 0) setTimeout(() => { markDirty(); }, 120);  // refresh `pending`
