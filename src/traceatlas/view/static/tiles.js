@@ -10,6 +10,7 @@
 import { get, abs, rel, relColumn } from "./api.js";
 
 export const CHUNK = 512;
+const MAX_TILES = 20000;  // cached (kind, level, track, chunk) entries
 const MAX_LEVEL = 30;
 const DEBOUNCE_MS = 60;
 
@@ -103,9 +104,21 @@ export class DataStore {
     }
   }
 
+  /** Bound the tile cache: past MAX_TILES entries the oldest quarter goes (Map order is
+   * insertion order; pending entries are kept). */
+  evict() {
+    if (this.tiles.size <= MAX_TILES) return;
+    let drop = Math.floor(this.tiles.size / 4);
+    for (const [k, v] of this.tiles) {
+      if (drop-- <= 0) break;
+      if (v !== "pending") this.tiles.delete(k);
+    }
+  }
+
   fetchNeeded() {
     const need = this.need;
     if (!need) return;
+    this.evict();
     this.abortStale(need.level);
     const span = CHUNK * binNs(need.level);
     const c0 = Math.floor(need.s / span), c1 = Math.floor(need.e / span);
