@@ -28,6 +28,8 @@ export function indexTracks(tracks) {
     else if (t.events > 0 || (t.kind === "counter" && (t.series || []).length > 0)) r.lanes.push(t);
   }
   for (const r of byRank.values()) {
+    const devices = new Set(r.lanes.filter((t) => t.device >= 0).map((t) => t.device));
+    r.manyDevices = devices.size > 1;  // then lane labels name their device
     r.lanes.sort((a, b) => (KIND_ORDER[a.kind] ?? 9) - (KIND_ORDER[b.kind] ?? 9)
       || a.device - b.device || a.stream - b.stream || a.id - b.id);
   }
@@ -61,7 +63,8 @@ function rankRows(rank, info, expanded) {
   }
   for (const t of info.lanes) {
     rows.push({ kind: t.kind === "counter" ? "counter" : "lane", rank, track: t.id,
-      h: laneHeight(t), label: "  " + t.name, sub: t.kind, depth: depthRows(t), info: t });
+      h: laneHeight(t), label: "  " + (info.manyDevices && t.device >= 0 && t.kind !== "device"
+        ? `dev ${t.device} · ${t.name}` : t.name), sub: t.kind, depth: depthRows(t), info: t });
   }
   return rows;
 }
