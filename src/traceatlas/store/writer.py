@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from traceatlas import signals, tempfiles
@@ -30,6 +32,20 @@ COMPRESSION_LEVEL = 1
 NO_DICTIONARY = frozenset({"args", "value"})
 SHOWN_FOREIGN = 3
 """Foreign files named in the refusal message."""
+TIME_SORTED: dict[str, str] = {"intervals": "start_ns", "instants": "ts_ns", "counters": "ts_ns"}
+"""Tables written sorted by this time column (then ``track_id``; a stable sort, so ties keep
+the reader's order), so each row group covers a narrow time range and a window query skips
+the others from the Parquet min/max statistics."""
+TIME_ROW_GROUP_ROWS = 65_536
+"""Rows per row group of the time-sorted tables. Pruning works per row group: with ~1 M-row
+groups a 2 ms window still decoded whole groups (37.6 ms median on one rank of a 100 M-interval
+store); 64 K rows cut that to 3.2 ms while keeping groups large enough for zstd and per-group
+metadata to cost little."""
+DELTA_COLUMNS = frozenset({"start_ns", "end_ns", "dur_ns", "ts_ns", "correlation", "external_id"})
+"""Nearly unique int64 columns of the time-sorted tables: written with DELTA_BINARY_PACKED and
+no dictionary. A dictionary of unique values only costs time, and per 64 K-row group it grew
+the intervals part by a third; sorted times delta-encode well (measured on a 1.45 M-interval
+Kineto part: 27.1 MB with 1 M-row groups before, 24.7 MB now)."""
 
 
 @contextmanager
@@ -109,6 +125,10 @@ def write_part(store: Path, table_name: str, rank: int, table: pa.Table) -> int:
         table = table.drop_columns(["rank"])
     table = table.add_column(0, "rank", pa.repeat(pa.scalar(rank, pa.int32()), table.num_rows))
     table = conform(table_name, table)
+    time_column = TIME_SORTED.get(table_name)
+    if time_column is not None:
+        table = time_sorted(table, time_column)
+    delta = DELTA_COLUMNS.intersection(table.column_names) if time_column else frozenset()
     path = part_path(store, table_name, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(
@@ -117,6 +137,29 @@ def write_part(store: Path, table_name: str, rank: int, table: pa.Table) -> int:
         compression=COMPRESSION,
         compression_level=COMPRESSION_LEVEL,
         # Free-form JSON text is nearly unique per row: a dictionary only costs time.
-        use_dictionary=[c for c in table.column_names if c not in NO_DICTIONARY],
+        use_dictionary=[c for c in table.column_names if c not in NO_DICTIONARY | delta],
+        column_encoding=dict.fromkeys(sorted(delta), "DELTA_BINARY_PACKED") or None,
+        row_group_size=TIME_ROW_GROUP_ROWS if time_column is not None else None,
     )
     return int(table.num_rows)
+
+
+def time_sorted(table: pa.Table, time_column: str) -> pa.Table:
+    """``table`` in (``time_column``, ``track_id``) order, stable (nulls last); returned as
+    is when already in that order (no copy)."""
+    if table.num_rows < 2 or _is_time_sorted(table, time_column):
+        return table
+    # Arrow's sort_indices is stable; nulls go last (its default).
+    order = pc.sort_indices(table, sort_keys=[(time_column, "ascending"),
+                                              ("track_id", "ascending")])
+    return table.take(order)
+
+
+def _is_time_sorted(table: pa.Table, time_column: str) -> bool:
+    """True when the rows are already in (``time_column``, ``track_id``) order (no nulls)."""
+    times, tracks = table.column(time_column), table.column("track_id")
+    if times.null_count or tracks.null_count:
+        return False
+    t = np.diff(times.to_numpy())
+    k = np.diff(tracks.to_numpy().astype(np.int64))
+    return bool(np.all((t > 0) | ((t == 0) & (k >= 0))))
