@@ -172,7 +172,9 @@ class Server:
         self.startup_s = time.perf_counter() - t0
 
     def memory(self) -> dict[str, int]:
-        """VmRSS / VmHWM (bytes) of the server process and its children."""
+        """VmRSS / VmHWM and the RSS split (RssAnon: heap; RssFile: file pages, mostly the
+        memory-mapped pyramid, shared with the page cache and reclaimable), in bytes, of
+        the server process and its children."""
         out: dict[str, int] = {}
         pids = [self.proc.pid]
         with contextlib.suppress(Exception):
@@ -182,7 +184,7 @@ class Server:
             with contextlib.suppress(OSError):
                 for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                     key, _, val = line.partition(":")
-                    if key in ("VmRSS", "VmHWM"):
+                    if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"):
                         out[key] = out.get(key, 0) + int(val.split()[0]) * 1024
         out["processes"] = len(pids)
         return out
@@ -582,8 +584,9 @@ def print_table(r: dict[str, Any]) -> None:
     for key in ("memory_after_requests", "memory_after_frames"):
         mem = r.get(key)
         if mem:
-            print(f"server {key}: RSS {mem.get('VmRSS', 0) / 1e6:.0f} MB, "
-                  f"HWM {mem.get('VmHWM', 0) / 1e6:.0f} MB")
+            print(f"server {key}: RSS {mem.get('VmRSS', 0) / 1e6:.0f} MB (anon "
+                  f"{mem.get('RssAnon', 0) / 1e6:.0f} MB, file {mem.get('RssFile', 0) / 1e6:.0f}"
+                  f" MB), HWM {mem.get('VmHWM', 0) / 1e6:.0f} MB")
     ff = r.get("first_frame")
     if ff:
         print(f"first frame: median {ff.get('first_frame_ms_median')} ms; complete frame "
