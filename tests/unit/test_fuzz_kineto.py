@@ -49,8 +49,10 @@ def traces(draw: st.DrawFn) -> dict[str, Any]:
     optional ``baseTimeNanoseconds`` and ``distributedInfo``."""
     events: list[dict[str, Any]] = []
     for _ in range(draw(st.integers(0, 8))):
-        ts = draw(st.one_of(st.integers(0, 10**7),
-                            st.integers(0, 10**9).map(lambda v: v / 1000)))
+        # within 1 s of each other: an event at ts 0 further than 1 s from the run is
+        # set aside by io/time_outliers.py (a counted warning, not an interval)
+        ts = draw(st.one_of(st.integers(0, 999_999),
+                            st.integers(0, 999_999_999).map(lambda v: v / 1000)))
         event = {"ph": draw(st.sampled_from(["X", "X", "X", "i"])), "cat": "cpu_op",
                  "name": draw(NAMES), "pid": draw(st.integers(0, 3)),
                  "tid": draw(st.integers(0, 3)), "ts": ts}
