@@ -59,3 +59,36 @@ def test_rank_rows_hold_the_union_of_the_ranks_intervals(imbalance: Path, kind: 
         # The same holds at a fine level over the whole run.
         (fine,) = pyramid.tiles(row.finest_level, pyramid.origin_ns, pyramid.end_ns, [row.id])
         assert sum(fine.table["busy_ns"].to_pylist()) == union
+
+
+@pytest.mark.parametrize("kind", ["rank_device", "rank_host"])
+def test_dense_rank_rows_equal_the_sparse_path_and_the_union(imbalance: Path,
+                                                             kind: str) -> None:
+    """``rows`` from the dense matrices (format 2) against the sparse level files, and
+    the top level's busy (one rank per group) against the SQL union of the rank."""
+    from traceatlas.view.pyramid_dense import DenseRows
+
+    trace = traceatlas.open(imbalance)
+    pyramid = ensure_pyramid(trace)
+    dense_levels = pyramid.header["dense"][kind]
+    assert dense_levels and dense_levels[-1] == pyramid.top
+    kinds = "'gpu_stream', 'device'" if kind == "rank_device" else "'host_thread'"
+    union = {r: u for r, u, _ in trace.sql(UNION_SQL.format(kinds=kinds)).iter_rows()}
+    window = (pyramid.origin_ns, pyramid.end_ns)
+    for level in dense_levels:
+        got = pyramid.rows(level, *window, kind, [0, 1, 2, 3], 2)
+        assert got[0]["level"] == level
+        saved = pyramid._dense
+        pyramid._dense = {k: DenseRows(pyramid.directory, k, []) for k in saved}
+        try:
+            sparse = pyramid.rows(level, *window, kind, [0, 1, 2, 3], 2)
+        finally:
+            pyramid._dense = saved
+        for g, s in zip(got, sparse, strict=True):
+            assert (g["ranks"], g["bin"], g["min"], g["max"]) == \
+                (s["ranks"], s["bin"], s["min"], s["max"])
+            assert g["mean"] == pytest.approx(s["mean"], rel=1e-12, abs=1e-15)
+    singles = pyramid.rows(pyramid.top, *window, kind, [0, 1, 2, 3], 4)
+    for rank, g in zip([0, 1, 2, 3], singles, strict=True):
+        busy = sum(round(f * g["bin_ns"]) for f in g["mean"])
+        assert busy == union[rank], (rank, kind)

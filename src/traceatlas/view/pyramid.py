@@ -27,12 +27,23 @@ from traceatlas.model.schema import CATEGORIES
 from traceatlas.store.cache import cache_lock, cache_root
 from traceatlas.store.layout import MANIFEST
 from traceatlas.view import levels as lv
-from traceatlas.view.pyramid_build import FORMAT_VERSION, Progress, build
+from traceatlas.view.pyramid_build import (
+    BINS_SCHEMA,
+    COUNTERS_SCHEMA,
+    FORMAT_VERSION,
+    ROW_KINDS,
+    Progress,
+    build,
+)
+from traceatlas.view.pyramid_dense import DenseRows
 from traceatlas.view.pyramid_query import (
     LevelFiles,
     bin_range,
     busy_matrix,
+    cast_batches,
+    check_bins,
     check_window,
+    group_sizes,
     group_stats,
 )
 from traceatlas.view.pyramid_types import TrackInfo, TrackTiles
@@ -42,7 +53,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Pyramid", "TrackInfo", "TrackTiles", "ensure_pyramid", "pyramid_dir", "pyramid_key"]
 
-ROW_KINDS = ("rank_device", "rank_host")
+RESIDENT_BYTES = 256 << 20
+"""Mapped file pages this process may keep resident before ``LevelFiles.trim`` drops them."""
 
 
 class Pyramid:
@@ -62,6 +74,23 @@ class Pyramid:
         self._counters = LevelFiles(directory, "counters",
                                     np.load(directory / "cloc.npy", mmap_mode="r"))
         self._rows = {(t.rank, t.kind): t.id for t in self.tracks if t.kind in ROW_KINDS}
+        self._rank_array = np.asarray(self.header["ranks"], dtype=np.int64)
+        dense = self.header.get("dense") or {}
+        self._dense = {k: DenseRows(directory, k, [int(L) for L in dense.get(k, [])])
+                       for k in ROW_KINDS}
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+    def _bound_resident(self) -> None:
+        """Trim the mapped level files when this process holds more than RESIDENT_BYTES
+        of file-backed pages (``/proc/self/statm`` shared pages; Linux only)."""
+        try:
+            with open("/proc/self/statm", "rb") as f:
+                shared = int(f.read().split()[2]) * self._page
+        except (OSError, ValueError, IndexError):
+            return
+        if shared > RESIDENT_BYTES:
+            self._bins.trim()
+            self._counters.trim()
 
     def meta(self) -> dict[str, Any]:
         """start/end/origin ns, levels with their bin widths, ranks, categories, track
@@ -80,29 +109,32 @@ class Pyramid:
             raise QueryError(f"unknown track id {bad[0]!r} (ids are 0..{len(self.tracks) - 1})")
         return ids
 
-    def _tiles(self, files: LevelFiles, level: int, start_ns: int, end_ns: int,
-               ids: list[int]) -> list[TrackTiles]:
+    def _tiles(self, files: LevelFiles, schema: pa.Schema, level: int, start_ns: int,
+               end_ns: int, ids: list[int]) -> list[TrackTiles]:
         check_window(level, start_ns, end_ns)
-        out = []
+        found: list[tuple[int, int, pa.RecordBatch]] = []
         for track in self._ids(ids):
             fin = self.tracks[track].finest_level
             used = min(max(level, fin), self.top)
             lo, hi = bin_range(used, start_ns, end_ns, self.origin_ns)
-            rb = files.window(used, track, lo, hi)
-            out.append(TrackTiles(track, used, lv.bin_ns(used), level < fin,
-                                  pa.Table.from_batches([rb])))
+            found.append((track, used, files.window(used, track, lo, hi)))
+        out = [TrackTiles(track, used, lv.bin_ns(used), level < self.tracks[track].finest_level,
+                          pa.Table.from_batches([rb]))
+               for (track, used, _), rb in zip(found, cast_batches([f[2] for f in found],
+                                                                   schema), strict=True)]
+        self._bound_resident()
         return out
 
     def tiles(self, level: int, start_ns: int, end_ns: int, ids: list[int]) -> list[TrackTiles]:
         """Interval bins (bin, cat, busy_ns, count, name) of tracks ``ids`` overlapping
         ``[start_ns, end_ns)`` at ``level`` (or the track's finest, when coarser)."""
-        return self._tiles(self._bins, level, start_ns, end_ns, ids)
+        return self._tiles(self._bins, BINS_SCHEMA, level, start_ns, end_ns, ids)
 
     def counter_tiles(self, level: int, start_ns: int, end_ns: int,
                       ids: list[int]) -> list[TrackTiles]:
         """Counter bins (bin, series, min, mean, max, count) of tracks ``ids``; ``series``
         indexes the track's ``TrackInfo.series``."""
-        return self._tiles(self._counters, level, start_ns, end_ns, ids)
+        return self._tiles(self._counters, COUNTERS_SCHEMA, level, start_ns, end_ns, ids)
 
     def rows(self, level: int, start_ns: int, end_ns: int, kind: str, ranks: list[int],
              groups: int) -> list[dict[str, Any]]:
@@ -122,11 +154,25 @@ class Pyramid:
         last = (max(self.end_ns - 1, self.origin_ns) - self.origin_ns) >> (10 + 2 * used)
         lo, hi = max(lo, 0), min(hi, last)
         width = lv.bin_ns(used)
-        fraction = np.minimum(busy_matrix(self._bins, used, ids, lo, hi) / width, 1.0)
         bins = list(range(lo, hi + 1))
+        dense = self._dense[kind]
+        if dense.has(used) and ranks:
+            starts, sizes = group_sizes(len(ranks), groups)
+            check_bins(used, lo, hi)
+            pos = np.searchsorted(self._rank_array, np.asarray(ranks, dtype=np.int64))
+            pos = np.minimum(pos, len(self._rank_array) - 1)
+            columns = np.where(self._rank_array[pos] == ranks, pos, -1)
+            sums, low, high = dense.group_stats(used, lo, hi, columns, starts, width)
+            mean = sums / sizes[:, None]
+            stats = [(int(starts[g]), int(starts[g] + sizes[g] - 1), mean[g], low[g], high[g])
+                     for g in range(len(starts))]
+        else:
+            fraction = np.minimum(busy_matrix(self._bins, used, ids, lo, hi) / width, 1.0)
+            stats = group_stats(fraction, groups)
+            self._bound_resident()
         return [{"ranks": [ranks[a], ranks[b]], "bin": bins, "mean": mean.tolist(),
                  "min": low.tolist(), "max": high.tolist(), "level": used, "bin_ns": width}
-                for a, b, mean, low, high in group_stats(fraction, groups)]
+                for a, b, mean, low, high in stats]
 
 
 def pyramid_key(store: Path) -> str:

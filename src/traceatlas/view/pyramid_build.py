@@ -5,7 +5,11 @@ Files written (see ``pyramid.py`` for the reading side):
 ``tracks.json`` (the ``TrackInfo`` list), ``names.json`` (name index -> text),
 ``bins-<L>.arrow`` / ``counters-<L>.arrow`` (uncompressed Arrow IPC, one record batch per
 rank, rows sorted by (track id, bin)), ``loc.npy`` / ``cloc.npy`` (int64, shape
-(levels, tracks, 3): batch, first row, end row of each track at each level).
+(levels, tracks, 3): batch, first row, end row of each track at each level),
+``rows-<kind>-<L>.npy`` (``pyramid_dense``: dense busy matrices of the rank rows).
+Level files are stored in the narrowest types their ranges allow (``stored_schema``:
+bin int32, busy_ns and count uint32 where they fit); queries cast the rows they return
+to the contract's types (``BINS_SCHEMA``, ``COUNTERS_SCHEMA``).
 
 The run's extent comes from the Parquet statistics of the interval parts (no scan). Each
 rank is built by ``pyramid_rank.build_rank`` (memory: that rank's intervals), in a pool of
@@ -38,13 +42,15 @@ from traceatlas import signals
 from traceatlas.errors import EngineError
 from traceatlas.store.layout import part_path
 from traceatlas.view import levels as lv
+from traceatlas.view.pyramid_dense import DenseWriter, dense_levels
 from traceatlas.view.pyramid_rank import BIN_COLUMNS, COUNTER_COLUMNS, RankLevels, build_rank
 from traceatlas.view.pyramid_types import TrackInfo
 
 if TYPE_CHECKING:
     from traceatlas.model.trace import Trace
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: narrow stored types, dense rank-row matrices."""
 Progress = Callable[[int, int], None]
 
 BINS_SCHEMA = pa.schema([
@@ -55,6 +61,21 @@ COUNTERS_SCHEMA = pa.schema([
     ("bin", pa.int64()), ("series", pa.int32()), ("min", pa.float64()),
     ("mean", pa.float64()), ("max", pa.float64()), ("count", pa.int64()),
 ])
+ROW_KINDS = ("rank_device", "rank_host")
+
+
+def stored_schema(schema: pa.Schema, last_bin: int, bin_width: int, max_count: int
+                  ) -> pa.Schema:
+    """``schema`` with narrower types where the level's ranges allow: ``bin`` int32 when
+    every bin index (0 .. ``last_bin``) fits, ``busy_ns`` uint32 when a bin's width
+    (``bin_width`` ns, the most a row can be busy) fits, ``count`` uint32 when
+    ``max_count`` (rows in the store: no bin counts more) fits."""
+    narrow = {"bin": pa.int32() if last_bin < 2**31 else None,
+              "busy_ns": pa.uint32() if bin_width < 2**32 else None,
+              "count": pa.uint32() if max_count < 2**32 else None}
+    return pa.schema([pa.field(f.name, narrow.get(f.name) or f.type) for f in schema])
+
+
 INLINE_ROWS = 200_000
 """Stores with fewer intervals are built in this process (no worker start-up cost)."""
 
@@ -82,8 +103,8 @@ def _stat_extent(path: Path, column: str, want_max: bool) -> int | None:
 
 
 def _extent(store: Path, ranks: list[int]) -> tuple[int, int, int]:
-    """(first start, last end, interval count) over the store's intervals and non-null
-    counter samples (a sample at t covers [t, t + 1))."""
+    """(first start, last end, interval + counter rows) over the store's intervals and
+    non-null counter samples (a sample at t covers [t, t + 1))."""
     firsts: list[int] = []
     lasts: list[int] = []
     rows = 0
@@ -98,6 +119,7 @@ def _extent(store: Path, ranks: list[int]) -> tuple[int, int, int]:
                 lasts.append(last)
         path = part_path(store, "counters", rank)
         if path.is_file() and pq.ParquetFile(path).metadata.num_rows:
+            rows += pq.ParquetFile(path).metadata.num_rows
             ts = pq.read_table(path, columns=["ts_ns", "value"])
             ts = ts.filter(pc.is_valid(ts.column("value"))).column("ts_ns")
             if len(ts):
@@ -203,6 +225,17 @@ def build(trace: Trace, dest: Path, key: str, progress: Progress | None = None,
         workers = 1 if n_rows < INLINE_ROWS else (os.cpu_count() or 1)
     workers = max(1, min(workers, len(ranks)))
     n_levels = top + 1
+    last = max(end - 1, origin) - origin
+    n_bins = [(last >> (10 + 2 * L)) + 1 for L in range(n_levels)]
+    bin_schemas = [stored_schema(BINS_SCHEMA, n_bins[L] - 1, lv.bin_ns(L), n_rows)
+                   for L in range(n_levels)]
+    cnt_schemas = [stored_schema(COUNTERS_SCHEMA, n_bins[L] - 1, lv.bin_ns(L), n_rows)
+                   for L in range(n_levels)]
+    # Every level within the cell budget; those finer than any rank row's finest level
+    # stay all-zero and are removed at the end.
+    dense = {k: DenseWriter(dest, k, dense_levels(0, top, n_bins, len(ranks)), n_bins,
+                            len(ranks)) for k in ROW_KINDS}
+    finest = {k: top + 1 for k in ROW_KINDS}
     infos: list[TrackInfo] = []
     names: list[str] = []
     name_index: dict[str, int] = {}
@@ -211,10 +244,13 @@ def build(trace: Trace, dest: Path, key: str, progress: Progress | None = None,
     bin_files = [pa.OSFile(str(dest / f"bins-{L}.arrow"), "wb") for L in range(n_levels)]
     cnt_files = [pa.OSFile(str(dest / f"counters-{L}.arrow"), "wb") for L in range(n_levels)]
     try:
-        bw = [pa.ipc.new_file(f, BINS_SCHEMA) for f in bin_files]
-        cw = [pa.ipc.new_file(f, COUNTERS_SCHEMA) for f in cnt_files]
+        bw = [pa.ipc.new_file(f, bin_schemas[L]) for L, f in enumerate(bin_files)]
+        cw = [pa.ipc.new_file(f, cnt_schemas[L]) for L, f in enumerate(cnt_files)]
         for batch, got in enumerate(_ranks_built(store, ranks, origin, top, workers, dest)):
             offset, n = len(infos), len(got.infos)
+            synthetic = {t.kind: t.id for t in got.infos if t.kind in ROW_KINDS}  # local
+            for kind, local in synthetic.items():
+                finest[kind] = min(finest[kind], got.infos[local].finest_level)
             for info in got.infos:
                 info.id += offset
                 infos.append(info)
@@ -229,10 +265,13 @@ def build(trace: Trace, dest: Path, key: str, progress: Progress | None = None,
                 cols = dict(got.bins[level])
                 _locations(cols["id"], n, 0, batch, loc, level)
                 cols["name"] = remap[cols["name"]]
-                bw[level].write_batch(_one_batch(cols, BINS_SCHEMA))
+                for kind, local in synthetic.items():
+                    mine = cols["id"] == local
+                    dense[kind].add(batch, level, cols["bin"][mine], cols["busy_ns"][mine])
+                bw[level].write_batch(_one_batch(cols, bin_schemas[level]))
                 ccols = got.counters[level]
                 _locations(ccols["id"], n, 0, batch, cloc, level)
-                cw[level].write_batch(_one_batch(ccols, COUNTERS_SCHEMA))
+                cw[level].write_batch(_one_batch(ccols, cnt_schemas[level]))
             locs.append(loc)
             clocs.append(cloc)
             del got
@@ -243,6 +282,13 @@ def build(trace: Trace, dest: Path, key: str, progress: Progress | None = None,
     finally:
         for f in (*bin_files, *cnt_files):
             f.close()
+        for d in dense.values():
+            d.close()
+    kept = {k: dense_levels(finest[k], top, n_bins, len(ranks)) for k in ROW_KINDS}
+    for kind in ROW_KINDS:
+        for path in dense[kind].paths:
+            if path not in {dense[kind].path(L) for L in kept[kind]}:
+                path.unlink()
     none = np.zeros((n_levels, 0, 3), dtype=np.int64)
     np.save(dest / "loc.npy", np.concatenate([none, *locs], axis=1))
     np.save(dest / "cloc.npy", np.concatenate([none, *clocs], axis=1))
@@ -252,5 +298,5 @@ def build(trace: Trace, dest: Path, key: str, progress: Progress | None = None,
     header = {"format": FORMAT_VERSION, "key": key, "store": str(store.resolve()),
               "origin_ns": origin, "end_ns": end, "top": top, "ranks": ranks,
               "build_s": round(time.perf_counter() - t0, 3), "bytes": size,
-              "workers": workers}
+              "workers": workers, "dense": kept}
     (dest / "header.json").write_text(json.dumps(header), encoding="utf-8")
