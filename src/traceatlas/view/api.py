@@ -9,12 +9,20 @@ import json
 import os
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from starlette.requests import Request
 from starlette.responses import Response
 
 from traceatlas.view import levels
-from traceatlas.view.api_common import Context, json_response, query_of
+from traceatlas.view.api_common import (
+    Context,
+    column_values,
+    json_bytes,
+    json_response,
+    query_of,
+    raw_json_response,
+)
 from traceatlas.view.params import (
     MAX_GROUPS,
     check_bins,
@@ -36,24 +44,43 @@ def title_of(trace: Any) -> str:
     return f"{trace.path.name} ({len(trace.ranks)} ranks)"
 
 
-def meta(ctx: Context, request: Request) -> Response:
+def prepare(ctx: Context) -> None:
+    """Encode the static answers (``/api/meta``, ``/api/tracks``) once, at start-up:
+    the store and its pyramid do not change while the server runs (``/api/tracks`` of
+    1,024 ranks is about 1.6 MB of JSON)."""
+    ctx.bodies["meta"] = json_bytes(meta_dict(ctx))
+    ctx.bodies["tracks"] = json_bytes([_track_obj(t) for t in ctx.pyramid.tracks])
+
+
+def meta_dict(ctx: Context) -> dict[str, Any]:
     """``Pyramid.meta()`` plus ``source_format``, ``store`` and ``title``."""
-    query_of(request)
     out = dict(ctx.pyramid.meta())
     out.update(source_format=ctx.trace.source_format, store=str(ctx.trace.path),
                title=ctx.title)
-    return json_response(out)
+    return out
+
+
+def meta(ctx: Context, request: Request) -> Response:
+    """``Pyramid.meta()`` plus ``source_format``, ``store`` and ``title``."""
+    query_of(request)
+    if "meta" not in ctx.bodies:
+        prepare(ctx)
+    return raw_json_response(ctx.bodies["meta"])
 
 
 def tracks(ctx: Context, request: Request) -> Response:
     """Every viewer track with all ``TrackInfo`` fields."""
     query_of(request)
-    return json_response([_track_dict(t) for t in ctx.pyramid.tracks])
+    if "tracks" not in ctx.bodies:
+        prepare(ctx)
+    return raw_json_response(ctx.bodies["tracks"])
 
 
-def _track_dict(track: Any) -> dict[str, Any]:
+def _track_obj(track: Any) -> Any:
+    """A track as ``json_bytes`` takes it: dataclasses as they are (orjson writes their
+    fields in order, as ``dataclasses.asdict`` would), anything else as a dict."""
     if dataclasses.is_dataclass(track) and not isinstance(track, type):
-        return dataclasses.asdict(track)
+        return track
     return dict(track)
 
 
@@ -83,7 +110,7 @@ def counters(ctx: Context, request: Request) -> Response:
 
 
 def _envelope(ctx: Context, level: int) -> dict[str, Any]:
-    return {"level": level, "origin_ns": int(ctx.pyramid.meta()["origin_ns"]),
+    return {"level": level, "origin_ns": ctx.origin_ns,
             "categories": list(ctx.pyramid.categories)}
 
 
@@ -97,19 +124,23 @@ def _tiles_response(ctx: Context, level: int, found: list[Any], fmt: str, *,
         return _arrow_response(ctx, level, found, counters=counters)
     out = _envelope(ctx, level)
     rows = []
-    used: set[int] = set()
+    used: list[Any] = []
     for t in found:
         row = _head(t)
-        row.update({name: t.table.column(name).to_pylist() for name in t.table.column_names})
+        row.update({name: column_values(t.table.column(name))
+                    for name in t.table.column_names})
         if counters:
             row["series_names"] = _series_names(ctx, int(t.id))
         elif "name" in row:
-            used.update(row["name"])
+            codes_of = row["name"]
+            used.append(codes_of if isinstance(codes_of, np.ndarray) else
+                        np.array([c for c in codes_of if c is not None], dtype=np.int64))
         rows.append(row)
     out["tracks"] = rows
     if not counters:
         names = ctx.pyramid.names
-        out["names"] = {str(i): names[i] for i in sorted(used) if 0 <= i < len(names)}
+        codes = np.unique(np.concatenate(used)).tolist() if used else []
+        out["names"] = {str(i): names[i] for i in codes if 0 <= i < len(names)}
     return json_response(out)
 
 
@@ -149,11 +180,11 @@ def rows(ctx: Context, request: Request) -> Response:
     width = levels.bin_ns(level)
     check_bins(start, end, width)
     kind = get_choice(query, "kind", ("rank_device", "rank_host"))
-    present = list(ctx.pyramid.meta()["ranks"])
+    present = ctx.ranks
     ranks = get_ranks(query, present) or present
     groups = get_int(query, "groups", default=min(len(ranks), 64), lo=1, hi=MAX_GROUPS)
     found = ctx.pyramid.rows(level, start, end, kind, ranks, groups)
     if found and "level" in found[0]:  # the pyramid may answer at a coarser level
         level, width = int(found[0]["level"]), int(found[0]["bin_ns"])
-    return json_response({"level": level, "origin_ns": int(ctx.pyramid.meta()["origin_ns"]),
+    return json_response({"level": level, "origin_ns": ctx.origin_ns,
                           "bin_ns": width, "groups": found})

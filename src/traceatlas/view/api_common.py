@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
+import numpy as np
+import orjson
+import pyarrow as pa
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -24,7 +27,14 @@ HOST_KINDS = ("host_thread",)
 SYNTHETIC = {"rank_device": DEVICE_KINDS, "rank_host": HOST_KINDS}
 """Synthetic per-rank rows -> the store track kinds they are the union of."""
 
-_ENCODER = msgspec.json.Encoder()
+def _numpy_hook(value: Any) -> Any:
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.tolist()
+    raise NotImplementedError(f"cannot encode {type(value).__name__}")
+
+
+_ENCODER = msgspec.json.Encoder(enc_hook=_numpy_hook)
+_ORJSON = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 
 class NotFound(Exception):
@@ -53,6 +63,14 @@ class Context:
     """(rank, track_id) -> viewer id of the store track."""
     rank_parts: dict[int, list[str]] = field(default_factory=dict)
     """Rank -> its ``intervals`` part files, listed once (the store does not change)."""
+    bodies: dict[str, bytes] = field(default_factory=dict)
+    """Encoded static answers (``api.prepare``)."""
+    origin_ns: int = 0
+    """The pyramid's bin origin (``meta()["origin_ns"]``)."""
+    ranks: list[int] = field(default_factory=list)
+    """The pyramid's ranks (``meta()["ranks"]``)."""
+    max_dur: dict[int, int | None] = field(default_factory=dict)
+    """Rank -> its longest interval (ns, from Parquet statistics; None: unknown)."""
     _names: list[str] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -62,6 +80,9 @@ class Context:
         for part in table_parts(self.trace.path, "intervals"):
             rank = int(part.parent.name.partition("=")[2])
             self.rank_parts.setdefault(rank, []).append(str(part))
+        meta = self.pyramid.meta()
+        self.origin_ns = int(meta["origin_ns"])
+        self.ranks = [int(r) for r in meta["ranks"]]
         tracks: list[TrackLike] = list(self.pyramid.tracks)
         by_kind: dict[tuple[int, str], list[tuple[int, int]]] = {}
         for t in tracks:
@@ -87,6 +108,26 @@ class Context:
         else:
             frame = pl.scan_parquet(parts, hive_partitioning=False, glob=False)
         return frame.filter(pl.col("rank").is_in(sorted(set(ranks))))
+
+    def longest(self, ranks: list[int]) -> int | None:
+        """The longest interval (ns) of ``ranks``, from their parts' Parquet ``dur_ns``
+        statistics (footers read once per rank); None when a part has no statistics.
+        An interval overlapping ``[A, B]`` starts at or after ``A - longest``: with it the
+        ``start_ns`` filter is bounded on both sides and prunes row groups of parts
+        sorted by start."""
+        import pyarrow.parquet as pq
+
+        out = 0
+        for rank in sorted(set(ranks)):
+            with self._lock:
+                if rank not in self.max_dur:
+                    self.max_dur[rank] = _max_stat(
+                        [pq.read_metadata(p) for p in self.rank_parts.get(rank, [])], "dur_ns")
+                value = self.max_dur[rank]
+            if value is None:
+                return None
+            out = max(out, value)
+        return out
 
     @property
     def n_tracks(self) -> int:
@@ -117,6 +158,26 @@ class Context:
             return self._names
 
 
+def _max_stat(metas: list[Any], column: str) -> int | None:
+    """The largest ``column`` value over every row group of ``metas`` (Parquet file
+    metadata) by their statistics; None when one lacks them. 0 for no rows."""
+    out = 0
+    for meta in metas:
+        names = meta.schema.names
+        if column not in names:
+            return None
+        index = names.index(column)
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            if group.num_rows == 0:
+                continue
+            stats = group.column(index).statistics
+            if stats is None or not stats.has_min_max:
+                return None
+            out = max(out, int(stats.max))
+    return out
+
+
 def query_of(request: Request) -> dict[str, str]:
     """The query parameters as a dict; a repeated parameter is an error."""
     items = request.query_params.multi_items()
@@ -128,9 +189,39 @@ def query_of(request: Request) -> dict[str, str]:
     return out
 
 
+def json_bytes(data: Any) -> bytes:
+    """Compact JSON of ``data``: orjson (numpy arrays and scalars written as JSON
+    numbers, integers exactly; dict keys as strings), msgspec for what orjson does not
+    take (integers beyond 64 bits)."""
+    try:
+        return orjson.dumps(data, option=_ORJSON)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return _ENCODER.encode(data)
+
+
 def json_response(data: Any, status: int = 200) -> Response:
-    """Compact JSON (msgspec)."""
-    return Response(_ENCODER.encode(data), status_code=status, media_type="application/json")
+    """Compact JSON (``json_bytes``)."""
+    return Response(json_bytes(data), status_code=status, media_type="application/json")
+
+
+def raw_json_response(body: bytes) -> Response:
+    """An already encoded JSON body (static answers encoded once at start-up)."""
+    return Response(body, media_type="application/json")
+
+
+def column_values(column: pa.ChunkedArray | pa.Array) -> Any:
+    """The values of an Arrow column for ``json_bytes``: a numpy view (no copy) of a
+    one-chunk integer or float column without nulls, a Python list otherwise (nulls
+    become ``null``, strings stay strings)."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    kind = column.type
+    if column.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        if len(chunks) == 1:
+            return chunks[0].to_numpy()
+        if not chunks:
+            return np.empty(0, dtype=kind.to_pandas_dtype())
+        return column.to_numpy()
+    return column.to_pylist()
 
 
 def error_response(message: str, status: int) -> Response:

@@ -13,7 +13,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from traceatlas.model.schema import DEVICE_CATEGORIES
-from traceatlas.view.api_common import Context, NotFound, json_response, query_of
+from traceatlas.ops.select import INT64_MAX
+from traceatlas.view.api_common import (
+    Context,
+    NotFound,
+    column_values,
+    json_response,
+    query_of,
+)
 from traceatlas.view.params import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -30,24 +37,47 @@ if TYPE_CHECKING:
 EVENT_COLUMNS = ("track", "start_ns", "end_ns", "name", "category", "depth", "correlation",
                  "external_id", "step")
 LAUNCH_CATEGORIES = ("runtime", "driver")
+INT64_MIN = -INT64_MAX - 1
+COLLECT_FACTOR = 10
+MAX_COLLECT = 1_000_000
+"""``/api/events`` collects at most ``min(limit * COLLECT_FACTOR, MAX_COLLECT)`` rows
+in its one pass; beyond that it counts and truncates in a streaming second pass."""
 MAX_CHAIN = 200
 """Linked events ``/api/event`` lists at most."""
 
 
-def _on_tracks(ctx: Context, ids: list[int]) -> pl.LazyFrame:
-    """Intervals of the store tracks behind ``ids``, with the viewer id as ``track``
-    (an interval shown by two requested rows comes once per row)."""
+def _on_tracks(ctx: Context, ids: list[int],
+               window: tuple[int, int] | None = None) -> pl.LazyFrame:
+    """Intervals of the store tracks behind ``ids`` (overlapping the inclusive
+    ``window`` when given), with the viewer id as ``track`` (an interval shown by two
+    requested rows comes once per row)."""
     import polars as pl
 
     keys = ctx.key_frame(ids)
     ranks = sorted(set(keys["rank"].to_list()))
     tids = sorted(set(keys["track_id"].to_list()))
-    frame = ctx.intervals_of(ranks).filter(pl.col("track_id").is_in(tids))
+    cond = pl.col("track_id").is_in(tids)
+    if window is not None:
+        cond = cond & _overlaps(ctx, ranks, *window)
+    frame = ctx.intervals_of(ranks).filter(cond)
     return frame.join(keys.lazy(), on=["rank", "track_id"], how="inner")
 
 
-def _columns(frame: pl.DataFrame, names: tuple[str, ...]) -> dict[str, list[Any]]:
-    return {name: frame[name].to_list() for name in names}
+def _overlaps(ctx: Context, ranks: list[int], start: int, end: int) -> pl.Expr:
+    """``start_ns <= end and end_ns >= start``, plus ``start_ns >= start - longest``
+    (the ranks' longest interval) so that both bounds of ``start_ns`` prune row groups."""
+    import polars as pl
+
+    cond = (pl.col("start_ns") <= end) & (pl.col("end_ns") >= start)
+    longest = ctx.longest(ranks)
+    if longest is not None:
+        cond = (pl.col("start_ns") >= max(start - longest, INT64_MIN)) & cond
+    return cond
+
+
+def _columns(frame: pl.DataFrame, names: tuple[str, ...]) -> dict[str, Any]:
+    """Columns for ``json_bytes``: numpy views of numeric columns without nulls."""
+    return {name: column_values(frame[name].to_arrow()) for name in names}
 
 
 def events(ctx: Context, request: Request) -> Response:
@@ -60,15 +90,22 @@ def events(ctx: Context, request: Request) -> Response:
     start, end = get_window(query)
     ids = get_ids(query, ctx.n_tracks)
     limit = get_int(query, "limit", default=DEFAULT_LIMIT, lo=1, hi=MAX_LIMIT)
-    frame = _on_tracks(ctx, ids).filter(
-        (pl.col("start_ns") <= end) & (pl.col("end_ns") >= start)).select(
-        "track", "start_ns", "end_ns", "dur_ns", pl.col("name").cast(pl.String),
-        pl.col("category").cast(pl.String), "depth", "correlation", "external_id", "step")
-    total = int(frame.select(pl.len()).collect().item())
+    frame = _on_tracks(ctx, ids, (start, end)).select(
+        "track", "start_ns", "end_ns", "dur_ns", "name", "category", "depth",
+        "correlation", "external_id", "step")
+    longest = ["dur_ns", "start_ns"]
+    cap = min(limit * COLLECT_FACTOR, MAX_COLLECT)
+    rows = frame.head(cap + 1).collect()  # one pass: count and truncate in memory
+    total = rows.height
+    if total > cap:  # a huge window: count and keep the longest, streaming
+        counted, rows = pl.collect_all([
+            frame.select(pl.len()), frame.top_k(limit, by=longest, reverse=[False, True])])
+        total = int(counted.item())
+    elif total > limit:
+        rows = rows.top_k(limit, by=longest, reverse=[False, True])
     truncated = total > limit
-    if truncated:
-        frame = frame.top_k(limit, by=["dur_ns", "start_ns"], reverse=[False, True])
-    rows = frame.sort("start_ns", "track", "depth").collect()
+    rows = rows.sort("start_ns", "track", "depth").with_columns(
+        pl.col("name").cast(pl.String), pl.col("category").cast(pl.String))
     out: dict[str, Any] = _columns(rows, EVENT_COLUMNS)
     out.update(count=rows.height, total=total, truncated=truncated, limit=limit)
     return json_response(out)

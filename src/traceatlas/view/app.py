@@ -48,6 +48,7 @@ def create_app(trace: Any, pyramid: Any, *, token: str | None,
     """The app serving ``trace`` and its ``pyramid``. ``token``: required on every
     request when set; ``allowed_hosts``: Host header names accepted (``*`` any)."""
     ctx = Context(trace, pyramid, title=api.title_of(trace))
+    api.prepare(ctx)
     files = static_files()
 
     def route(path: str, handler: Handler) -> Route:
