@@ -202,3 +202,18 @@ def test_format_1_pyramid_is_rebuilt(tmp_path: Path) -> None:
     assert again.header["dense"]["rank_host"]
     assert all((again.directory / f"rows-rank_host-{L}.npy").is_file()
                for L in again.header["dense"]["rank_host"])
+
+
+def test_windows_beyond_the_int32_bin_range_clamp(tmp_path_factory: pytest.TempPathFactory
+                                                  ) -> None:
+    """Bin indexes outside the stored int32 range neither wrap nor fail: a window from
+    far before the run to far after it returns every row, one wholly after returns none."""
+    p = _shared(tmp_path_factory)
+    row = p._rows[(1, "rank_host")]
+    level = p.tracks[row].finest_level
+    (whole,) = p.tiles(level, p.origin_ns, p.end_ns, [row])
+    far = 2**40 * lv.bin_ns(level)
+    (wide,) = p.tiles(level, p.origin_ns - far, p.end_ns + far, [row])
+    assert wide.table.to_pydict() == whole.table.to_pydict() and whole.table.num_rows > 0
+    (after,) = p.tiles(level, p.end_ns + far, p.end_ns + 2 * far, [row])
+    assert after.table.num_rows == 0

@@ -70,9 +70,11 @@ class Pyramid:
                        json.loads((directory / "tracks.json").read_text("utf-8"))]
         self.names: list[str] = json.loads((directory / "names.json").read_text("utf-8"))
         self.categories: list[str] = list(CATEGORIES)
-        self._bins = LevelFiles(directory, "bins", np.load(directory / "loc.npy", mmap_mode="r"))
+        self._bins = LevelFiles(directory, "bins",
+                                np.load(directory / "loc.npy", mmap_mode="r").view(np.ndarray))
         self._counters = LevelFiles(directory, "counters",
-                                    np.load(directory / "cloc.npy", mmap_mode="r"))
+                                    np.load(directory / "cloc.npy",
+                                            mmap_mode="r").view(np.ndarray))
         self._rows = {(t.rank, t.kind): t.id for t in self.tracks if t.kind in ROW_KINDS}
         self._rank_array = np.asarray(self.header["ranks"], dtype=np.int64)
         dense = self.header.get("dense") or {}

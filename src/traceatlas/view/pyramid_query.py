@@ -103,9 +103,16 @@ class LevelFiles:
     def window(self, level: int, track: int, bin_lo: int, bin_hi: int) -> pa.RecordBatch:
         """Rows of ``track`` at ``level`` whose bin lies in ``bin_lo .. bin_hi`` (inclusive)."""
         rb, bins = self.run(level, track)
-        i0 = int(np.searchsorted(bins, bin_lo, side="left"))
-        i1 = int(np.searchsorted(bins, bin_hi, side="right"))
+        i0 = int(np.searchsorted(bins, _as(bins, bin_lo), side="left"))
+        i1 = int(np.searchsorted(bins, _as(bins, bin_hi), side="right"))
         return rb.slice(i0, max(i1 - i0, 0))
+
+
+def _as(array: np.ndarray[Any, Any], value: int) -> Any:
+    """``value`` clamped to ``array``'s integer type, as a scalar of it (a Python int
+    makes ``searchsorted`` copy a narrower array to compare)."""
+    info = np.iinfo(array.dtype)
+    return array.dtype.type(min(max(value, info.min), info.max))
 
 
 def cast_batches(batches: list[pa.RecordBatch], schema: pa.Schema) -> list[pa.RecordBatch]:
