@@ -21,7 +21,7 @@ import traceatlas
 from traceatlas.store.layout import table_parts
 from traceatlas.testing import TraceBuilder
 from traceatlas.testing.builder import write_multi_rank
-from traceatlas.view import api_events, security
+from traceatlas.view import api_events, api_search, security
 from traceatlas.view.api_common import Context, column_values, json_bytes
 from traceatlas.view.app import create_app
 from traceatlas.view.pyramid import ensure_pyramid
@@ -153,3 +153,60 @@ def test_truncation_in_memory_and_streaming(served: tuple[Path, Context, TestCli
         assert got == durations[:limit]  # the longest kept (ties: any of equal length)
         assert set(_tuples(body)) <= set(every)
         assert body["start_ns"] == sorted(body["start_ns"])
+
+
+@pytest.fixture(scope="module")
+def small_groups(tmp_path_factory: pytest.TempPathFactory
+                 ) -> tuple[Path, Context, TestClient]:
+    """Two ranks of 40 x (op, launch, kernel) written in 7-row groups, so a search has
+    many row groups to choose from and to stop early in; rank 1's are 10 x sparser, so
+    its groups span many of rank 0's (an early group also holds late rows)."""
+    tmp = tmp_path_factory.mktemp("groups")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TRACEATLAS_CACHE_DIR", str(tmp / "cache"))
+    builders = []
+    for rank in (0, 1):
+        b = TraceBuilder(rank, 2, base_time_ns=BASE, profiler_markers=False)
+        for i in range(40):
+            t = i * 50_000 * (1 + 9 * rank) + rank * 3
+            b.cpu_op(f"aten::op{i % 4}", t, t + 10_000)
+            b.launch(f"kernel_{'ab'[i % 2]}{i % 5}", t + 1_000, 1_000, t + 20_000, 5_000)
+        builders.append(b)
+    paths = write_multi_rank(tmp / "raw", builders, gz=False)
+    store = traceatlas.ingest([str(p) for p in paths], tmp / "store")
+    trace = traceatlas.open(store)
+    pyramid = ensure_pyramid(trace)
+    mp.undo()
+    for part in table_parts(store, "intervals"):  # the same rows, in 7-row groups (after
+        pq.write_table(pq.read_table(part), part, row_group_size=7)  # the open's checks)
+    web = create_app(trace, pyramid, token=None,
+                     allowed_hosts=security.allowed_hosts("127.0.0.1"))
+    return store, Context(trace, pyramid), TestClient(web, base_url="http://127.0.0.1:8765")
+
+
+def test_search_over_many_row_groups(small_groups: tuple[Path, Context, TestClient]) -> None:
+    store, ctx, client = small_groups
+    groups = sum(pq.read_metadata(p).num_row_groups for p in table_parts(store, "intervals"))
+    assert groups > 20
+    rows = rows_of(store)
+    index = api_search.name_index(ctx)
+    assert sorted(index.names) == sorted({r["name"] for r in rows})
+    assert int(index.entry_count.sum()) == len(rows)
+    last = max(r["start_ns"] for r in rows)
+    for text, limit in (("KERNEL_A", 1000), ("kernel_b3", 1000), ("aten::op1", 3),
+                        ("kernel", 5), ("kernel", 1), ("op", 2000), ("nothing", 10)):
+        body = client.get("/api/search", params={"name": text, "limit": limit}).json()
+        every = sorted((r["start_ns"], ctx.by_key[(r["rank"], r["track_id"])], r["end_ns"],
+                        r["name"]) for r in rows if text.casefold() in r["name"].casefold())
+        got = list(zip(body["start_ns"], body["track"], body["end_ns"], body["name"],
+                       strict=True))
+        assert got == every[:limit], text  # the earliest, by (start, track)
+        assert body["total"] == len(every) and body["truncated"] is (len(every) > limit)
+        names, parts, bound, total = api_search.plan(index, text.casefold(), limit)
+        assert total == len(every) and sorted(names) == sorted({e[3] for e in every})
+        if every:  # the bound keeps the answer and, for a few, prunes the later groups
+            assert every[min(limit, len(every)) - 1][0] <= bound
+            assert len(parts) == len({(r["rank"]) for r in rows
+                                      if text.casefold() in r["name"].casefold()})
+        if limit <= 5:
+            assert bound < last

@@ -69,6 +69,8 @@ class Context:
     """The pyramid's bin origin (``meta()["origin_ns"]``)."""
     ranks: list[int] = field(default_factory=list)
     """The pyramid's ranks (``meta()["ranks"]``)."""
+    memo: dict[str, Any] = field(default_factory=dict)
+    """Structures built on first use (``api_search``'s name index)."""
     max_dur: dict[int, int | None] = field(default_factory=dict)
     """Rank -> its longest interval (ns, from Parquet statistics; None: unknown)."""
     _names: list[str] | None = None

@@ -1,7 +1,7 @@
-"""``/api/events`` (raw intervals in a window), ``/api/event`` (one interval and its
-launch chain) and ``/api/search`` (name occurrences), read from the store's Parquet
-parts with Polars filters (row-group statistics prune the parts). User text never
-becomes SQL or a regex: names are matched as literal strings."""
+"""``/api/events`` (raw intervals in a window) and ``/api/event`` (one interval and its
+launch chain), read from the store's Parquet parts with Polars filters (row-group
+statistics prune the parts). User text never becomes SQL or a regex: names are matched
+as literal strings. ``/api/search`` is in ``api_search``."""
 
 from __future__ import annotations
 
@@ -108,30 +108,6 @@ def events(ctx: Context, request: Request) -> Response:
         pl.col("name").cast(pl.String), pl.col("category").cast(pl.String))
     out: dict[str, Any] = _columns(rows, EVENT_COLUMNS)
     out.update(count=rows.height, total=total, truncated=truncated, limit=limit)
-    return json_response(out)
-
-
-def search(ctx: Context, request: Request) -> Response:
-    """Intervals whose name contains ``name`` (case-insensitive literal substring),
-    ordered by start: ``track``, ``start_ns``, ``end_ns``, ``name``; ``total`` matches."""
-    import polars as pl
-
-    query = query_of(request)
-    text = get_text(query, "name") or ""
-    if not text:
-        from traceatlas.errors import InputError
-
-        raise InputError("name", "empty search text")
-    limit = get_int(query, "limit", default=1000, lo=1, hi=MAX_LIMIT)
-    folded = text.casefold()
-    matches = [n for n in ctx.interval_names() if folded in n.casefold()]
-    frame = ctx.trace.intervals.filter(pl.col("name").cast(pl.String).is_in(matches)).join(
-        ctx.all_keys().lazy(), on=["rank", "track_id"], how="inner")
-    total = int(frame.select(pl.len()).collect().item()) if matches else 0
-    rows = (frame.sort("start_ns", "track").head(limit)
-            .select("track", "start_ns", "end_ns", pl.col("name").cast(pl.String)).collect())
-    out: dict[str, Any] = _columns(rows, ("track", "start_ns", "end_ns", "name"))
-    out.update(count=rows.height, total=total, truncated=total > rows.height)
     return json_response(out)
 
 

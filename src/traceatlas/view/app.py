@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from traceatlas.view import api, api_analyze, api_events
+from traceatlas.view import api, api_analyze, api_events, api_search
 from traceatlas.view.api_common import Context, Handler, answer, error_response
 from traceatlas.view.security import Guard
 
@@ -77,7 +77,7 @@ def create_app(trace: Any, pyramid: Any, *, token: str | None,
         route("/api/rows", api.rows),
         route("/api/events", api_events.events),
         route("/api/event", api_events.event),
-        route("/api/search", api_events.search),
+        route("/api/search", api_search.search),
         route("/api/analyze/{name:str}", api_analyze.analyze),
         Route("/", index, methods=["GET"]),
         Route("/static/{name:str}", static, methods=["GET"]),
