@@ -210,3 +210,22 @@ def test_search_over_many_row_groups(small_groups: tuple[Path, Context, TestClie
                                       if text.casefold() in r["name"].casefold()})
         if limit <= 5:
             assert bound < last
+
+
+def test_track_columns_equal_each_tables_to_pylist() -> None:
+    """Stacked (one schema) and per-table (mixed schemas) paths give each table's own
+    values, empty tables and nulls included."""
+    from traceatlas.view.api import _track_columns
+
+    def t(bins: list[int], names: list[int | None], kind: pa.DataType | None = None
+          ) -> pa.Table:
+        return pa.table({"bin": pa.array(bins, pa.int64()),
+                         "name": pa.array(names, kind or pa.int32())})
+
+    same_schema = [t([1, 2], [5, 6]), t([], []), t([BASE], [7]), t([3], [None])]
+    mixed = [t([1], [2]), t([4, 5], [6, 7], pa.int8())]
+    for tables in (same_schema, mixed, same_schema[:1], []):
+        got = [{k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in d.items()}
+               for d in _track_columns(tables)]
+        assert got == [tb.to_pydict() for tb in tables]
+        assert all(type(x) is int or x is None for d in got for v in d.values() for x in v)
