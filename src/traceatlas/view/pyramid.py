@@ -5,7 +5,10 @@ its ``manifest.json`` bytes (a rewritten store gets a new pyramid; nothing is ev
 inside the user's store). Built in an owner-tagged temporary sibling, renamed into place
 under the cache's ``flock``; other keys of the same store path are removed then.
 Levels: ``view/levels.py``; build: ``pyramid_build.py``; flattened-timeline rule:
-``pyramid_bins.py``. All times are absolute ns.
+``pyramid_bins.py``; ``rows`` over many ranks: ``pyramid_dense.py``. Level files are
+memory-mapped; past ``RESIDENT_BYTES`` of mapped pages in this process they are dropped
+(``LevelFiles.trim``), so a long-running server's resident memory stays bounded. All
+times are absolute ns.
 """
 
 from __future__ import annotations
