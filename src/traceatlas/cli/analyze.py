@@ -32,7 +32,7 @@ def analyze_command(
     step: Annotated[int | None, typer.Option("--step", help="One iteration.")] = None,
     window: Annotated[str | None, typer.Option(
         "--window", help="START:END relative to the trace start (e.g. 1.5s:2s), or "
-        "'@' + epoch ns.")] = None,
+        "'@' + epoch ns; intervals are cut to the window (time inside it).")] = None,
     category: Annotated[list[str] | None, typer.Option(
         "--category", "-c", help="Canonical categories kept (comma-separated).")] = None,
     name_regex: Annotated[str | None, typer.Option(
@@ -51,7 +51,7 @@ def analyze_command(
     trace = _open(path, engine)
     if any(v is not None for v in (ranks, step, window, category, name_regex)):
         trace = trace.select(ranks=ranks, step=step, window=window,
-                             categories=category or None, name=name_regex)
+                             categories=category or None, name=name_regex, clip=True)
     result = analysis.run(name, trace, params)
     frame = result.table
     if table is not None:

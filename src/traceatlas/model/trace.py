@@ -63,19 +63,22 @@ class Trace:
         categories: Iterable[str] | str | None = None,
         name: str | None = None,
         min_dur_ns: int | None = None,
+        clip: bool = False,
     ) -> Trace:
         """A view of this trace keeping the rows that match every condition given.
 
         ``ranks`` ("0,3-5" or ints); ``step`` (one iteration); ``window``: absolute ns
         ``(start_ns, end_ns)`` or text relative to the trace start ("1.5s:2s", "@<ns>:");
-        ``categories`` (canonical names); ``name`` (regex); ``min_dur_ns``. Views compose:
+        ``categories`` (canonical names); ``name`` (regex); ``min_dur_ns``; ``clip``: cut
+        intervals to the window (``dur_ns`` = time inside it; what analyses of a window
+        use), otherwise they are kept whole. Views compose:
         ``trace.select(ranks="0-3").select(step=2)``. Rules: ``traceatlas.ops.select``.
         """
         from traceatlas.ops import select as sel
 
         spec = sel.selection_from(
             self, ranks=ranks, step=step, window=window, categories=categories, name=name,
-            min_dur_ns=min_dur_ns,
+            min_dur_ns=min_dur_ns, clip=clip,
         )
         view = Trace.__new__(Trace)
         view.path, view.manifest = self.path, self.manifest

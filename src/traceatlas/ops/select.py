@@ -21,12 +21,16 @@ Semantics of ``Selection.apply`` (a row is kept when it matches every condition 
 - intervals: rank in ``ranks``; canonical category in ``categories``; ``name_regex``
   found in the name (search, Rust regex syntax, case-sensitive unless ``(?i)``);
   ``dur_ns >= min_dur_ns``; the interval OVERLAPS the window (``start_ns <= end`` and
-  ``end_ns >= start``; times are never clipped); for ``step`` N: the interval overlaps
-  its rank's step-N span, taken half-open ``[first start, last end)`` of that rank's
-  ``step`` intervals with ``step == N`` (it starts inside, or starts before and ends
-  after the span start), or its ``step`` column is N (device work launched in the step).
-  Without any ``step`` interval, the span is iteration N (0-based) of the ``phases``
-  analysis (``[start, end)`` of that rank's detected loop iteration).
+  ``end_ns >= start``); times are kept whole, unless the selection has ``clip`` (the
+  analyses' ``--window``: ``Trace.select(..., clip=True)``): then ``start_ns``/``end_ns``
+  are cut to the window and ``dur_ns`` is the time inside it, so a window's analysis
+  counts only what happened in the window (Paraver's profile of a selection); for
+  ``step`` N: the interval overlaps its rank's step-N span, taken half-open
+  ``[first start, last end)`` of that rank's ``step`` intervals with ``step == N`` (it
+  starts inside, or starts before and ends after the span start), or its ``step`` column
+  is N (device work launched in the step). Without any ``step`` interval, the span is
+  iteration N (0-based) of the ``phases`` analysis (``[start, end)`` of that rank's
+  detected loop iteration).
 - instants: rank, window and step span (``span start <= ts < span end``), category and
   name as for intervals; with ``min_dur_ns`` > 0 they are dropped (zero duration).
 - counters: rank, window and step span; ``name_regex`` on the series name; their category
@@ -329,6 +333,7 @@ class Selection:
     window: tuple[int | None, int | None] | None = None
     step: int | None = None
     step_spans: StepSpans | None = None
+    clip: bool = False
 
     def resolve(self, trace: Trace) -> Selection:
         """This selection with the per-rank spans of ``step`` looked up in ``trace``."""
@@ -341,7 +346,10 @@ class Selection:
         if self.step is not None and self.step_spans is None:
             raise ValueError("Selection.step needs step_spans: call resolve(trace) first")
         condition = _CONDITIONS[table](self)
-        return frame if condition is None else frame.filter(condition)
+        kept = frame if condition is None else frame.filter(condition)
+        if self.clip and self.window is not None and table == "intervals":
+            kept = _clipped(kept, *self.window)
+        return kept
 
     def describe(self) -> dict[str, Any]:
         """The selection as JSON-ready values (recorded in a filtered store's manifest)."""
@@ -359,6 +367,7 @@ def selection_from(
     categories: Iterable[str] | str | None = None,
     name: str | None = None,
     min_dur_ns: int | None = None,
+    clip: bool = False,
 ) -> Selection:
     """A resolved Selection from Python values or the CLI's text forms."""
     rank_tuple = None if ranks is None else resolve_ranks(
@@ -385,7 +394,7 @@ def selection_from(
     selection = Selection(
         ranks=rank_tuple, categories=cats,
         name_regex=None if name is None else check_regex(name), min_dur_ns=min_dur_ns,
-        window=win, step=step,
+        window=win, step=step, clip=clip,
     )
     return selection.resolve(trace)
 
@@ -477,6 +486,22 @@ def _overlap(lo: Expr, hi: Expr, start: int | None, end: int | None) -> list[Exp
 
 def _window(sel: Selection, lo: Expr, hi: Expr) -> list[Expr]:
     return [] if sel.window is None else _overlap(lo, hi, *sel.window)
+
+
+def _clipped(frame: pl.LazyFrame, start: int | None, end: int | None) -> pl.LazyFrame:
+    """Intervals cut to ``[start, end]`` (ns; a None side open): ``dur_ns`` is the time
+    inside the window."""
+    import polars as pl
+
+    lo, hi = pl.col("start_ns"), pl.col("end_ns")
+    if start is not None:
+        lo = pl.max_horizontal(lo, pl.lit(start, dtype=pl.Int64))
+        hi = pl.max_horizontal(hi, pl.lit(start, dtype=pl.Int64))
+    if end is not None:
+        lo = pl.min_horizontal(lo, pl.lit(end, dtype=pl.Int64))
+        hi = pl.min_horizontal(hi, pl.lit(end, dtype=pl.Int64))
+    return frame.with_columns(lo.alias("start_ns"), hi.alias("end_ns")).with_columns(
+        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
 
 
 def _step_span(sel: Selection, lo: Expr, hi: Expr) -> Expr | None:

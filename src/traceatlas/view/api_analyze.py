@@ -47,7 +47,7 @@ def analyze(ctx: Context, request: Request) -> Response:
     trace = ctx.trace
     if start is not None or end is not None or ranks is not None:
         trace = trace.select(window=(start, end) if (start, end) != (None, None) else None,
-                             ranks=ranks)
+                             ranks=ranks, clip=True)  # as `analyze --window`
     result = analysis.run(name, trace, params)
     frame = result.table
     if table is not None:
