@@ -195,12 +195,22 @@ def pyramid_dir(store: Path) -> Path:
 
 
 def _usable(directory: Path, key: str) -> bool:
+    """The pyramid in ``directory`` is of this format and key and undamaged: every file it
+    needs is there and its files (but the header) add up to the header's ``bytes`` (a
+    truncated, missing or extra file is a damaged cache, rebuilt). One ``stat`` per file."""
     try:
         header = json.loads((directory / "header.json").read_text("utf-8"))
-    except (OSError, ValueError):
+        if not (isinstance(header, dict) and header.get("format") == FORMAT_VERSION
+                and header.get("key") == key):
+            return False
+        top = int(header["top"])
+        sizes = {p.name: p.stat().st_size for p in directory.iterdir()
+                 if p.name != "header.json"}
+    except (OSError, ValueError, KeyError, TypeError):
         return False
-    return isinstance(header, dict) and header.get("format") == FORMAT_VERSION and \
-        header.get("key") == key
+    needed = {"tracks.json", "names.json", "loc.npy", "cloc.npy",
+              *(f"{prefix}-{L}.arrow" for prefix in ("bins", "counters") for L in range(top + 1))}
+    return needed <= sizes.keys() and sum(sizes.values()) == header.get("bytes")
 
 
 def _remove_stale(root: Path, store: str, key: str) -> None:
