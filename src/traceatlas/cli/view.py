@@ -10,6 +10,7 @@ import time
 import webbrowser
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import quote
 
 import typer
 
@@ -47,8 +48,9 @@ def view_command(
         raise InputError("--port", f"{port} is not a TCP port (0..65535)")
     spec = parse_window(window) if window is not None else None
     spans = parse_rank_spans(ranks) if ranks is not None else None
-    if token is not None and (not token or len(token) > 512 or not token.isprintable()):
-        raise InputError("--token", "give 1 to 512 printable characters")
+    if token is not None and (not token or len(token) > 512 or not token.isascii()
+                              or not token.isprintable()):
+        raise InputError("--token", "give 1 to 512 printable ASCII characters")
     if token is None and not security.is_loopback(host):
         token = security.new_token()
         output.say(f"generated token (every request must carry it): {token}")
@@ -109,7 +111,7 @@ def _url(host: str, port: int, token: str | None, state: list[str]) -> str:
         shown = f"[{shown}]"
     url = f"http://{shown}:{port}/"
     if token:
-        url += f"?token={token}"
+        url += "?token=" + quote(token, safe="")
     return url + ("#" + "&".join(state) if state else "")
 
 
