@@ -103,6 +103,9 @@ class LevelFiles:
     def window(self, level: int, track: int, bin_lo: int, bin_hi: int) -> pa.RecordBatch:
         """Rows of ``track`` at ``level`` whose bin lies in ``bin_lo .. bin_hi`` (inclusive)."""
         rb, bins = self.run(level, track)
+        info = np.iinfo(bins.dtype)
+        if bin_lo > info.max or bin_hi < info.min:  # clamping would meet a row at the edge
+            return rb.slice(0, 0)
         i0 = int(np.searchsorted(bins, _as(bins, bin_lo), side="left"))
         i1 = int(np.searchsorted(bins, _as(bins, bin_hi), side="right"))
         return rb.slice(i0, max(i1 - i0, 0))
