@@ -39,9 +39,15 @@ def _cut_json(path: Path) -> None:
     path.write_text(path.read_text("utf-8")[:-3], encoding="utf-8")
 
 
+def _garble_json(path: Path) -> None:
+    text = path.read_text("utf-8")
+    path.write_text("{" + text[1:], encoding="utf-8")  # same size, no longer JSON
+
+
 @pytest.mark.parametrize("damage", [
     ("bins-1.arrow", _truncate), ("bins-0.arrow", os.unlink), ("counters-0.arrow", _truncate),
     ("loc.npy", _truncate), ("tracks.json", _cut_json), ("names.json", _cut_json),
+    ("tracks.json", _garble_json), ("names.json", _garble_json),
 ])
 def test_damaged_cache_is_rebuilt(tmp_path: Path, damage: tuple[str, object]) -> None:
     trace = _trace(tmp_path)

@@ -213,6 +213,17 @@ def _usable(directory: Path, key: str) -> bool:
     return needed <= sizes.keys() and sum(sizes.values()) == header.get("bytes")
 
 
+def _opened(directory: Path, key: str) -> Pyramid | None:
+    """The pyramid in ``directory`` opened, or None when it is missing, stale or damaged
+    (a file that does not parse, of the right size)."""
+    if not _usable(directory, key):
+        return None
+    try:
+        return Pyramid(directory)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _remove_stale(root: Path, store: str, key: str) -> None:
     """Delete other pyramids of the same store path (its earlier versions)."""
     for entry in root.iterdir():
@@ -231,10 +242,11 @@ def ensure_pyramid(trace: Trace, progress: Progress | None = None) -> Pyramid:
     store = Path(os.path.abspath(trace.path))
     key = pyramid_key(store)
     target = cache_root() / "lod" / key
-    if _usable(target, key):
-        return Pyramid(target)
+    found = _opened(target, key)
+    if found is not None:
+        return found
     with cache_lock(target):
-        if not _usable(target, key):
+        if _opened(target, key) is None:
             tempfiles.sweep_siblings(target.parent, target.name)
             tmp = tempfiles.sibling(target, "tmp")
             tmp.mkdir()
