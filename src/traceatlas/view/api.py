@@ -27,6 +27,7 @@ from traceatlas.view.api_common import (
 from traceatlas.view.params import (
     MAX_GROUPS,
     check_bins,
+    check_cells,
     get_choice,
     get_ids,
     get_int,
@@ -201,6 +202,7 @@ def rows(ctx: Context, request: Request) -> Response:
     present = ctx.ranks
     ranks = get_ranks(query, present) or present
     groups = get_int(query, "groups", default=min(len(ranks), 64), lo=1, hi=MAX_GROUPS)
+    check_cells(min(groups, len(ranks)), start, end, width)
     found = ctx.pyramid.rows(level, start, end, kind, ranks, groups)
     if found and "level" in found[0]:  # the pyramid may answer at a coarser level
         level, width = int(found[0]["level"]), int(found[0]["bin_ns"])
