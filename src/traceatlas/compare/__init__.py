@@ -1,0 +1,1 @@
+"""Comparing runs: per-entity statistics, the regression gate, and matching of entities."""
