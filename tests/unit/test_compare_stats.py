@@ -184,6 +184,27 @@ def test_selection_by_bisection_matches_sorting(base: list[float], new: list[flo
         assert got.ci_low_ns <= got.abs_change_ns <= got.ci_high_ns
 
 
+@pytest.mark.parametrize("case", ["ties", "lognormal", "constant", "two_values"])
+def test_bisection_on_larger_samples(case: str) -> None:
+    """Samples large enough that the bisection runs many rounds (and ties, equal values)."""
+    rng = np.random.default_rng(3)
+    if case == "ties":
+        base, new = rng.integers(0, 20, 400).astype(float), rng.integers(3, 25, 300).astype(float)
+    elif case == "lognormal":
+        base, new = rng.lognormal(10, 0.5, 400), rng.lognormal(10.1, 0.5, 300)
+    elif case == "constant":
+        base, new = np.full(400, 5.0), np.full(300, 7.5)
+    else:
+        base, new = rng.choice([1.0, 2.0], 400), rng.choice([1.0, 3.0], 300)
+    diffs = np.sort(np.subtract.outer(new, base).ravel())
+    with mock.patch.object(stats, "_MATERIALISE_MAX_PAIRS", 0):
+        got = compare_samples(base, new)
+    k = stats._ci_rank(400, 300, 0.95)
+    assert k is not None
+    assert got.abs_change_ns == float(np.median(diffs))
+    assert (got.ci_low_ns, got.ci_high_ns) == (diffs[k - 1], diffs[diffs.size - k])
+
+
 def test_large_samples_normal_interval_covers() -> None:
     rng = np.random.default_rng(7)
     base = rng.lognormal(10.0, 0.03, size=3000)

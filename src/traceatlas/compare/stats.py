@@ -200,46 +200,65 @@ def _pairwise_order_stats(x: FloatArray, y: FloatArray, ranks: Sequence[int]) ->
         idx = sorted({r - 1 for r in ranks})
         part = np.partition(diffs, idx)
         return [float(part[r - 1]) for r in ranks]
-    return [_select_difference(x, y, r) for r in ranks]
+    found = _select_differences(x, y, ranks)
+    return [found[r] for r in ranks]
 
 
 def _count_le(x: FloatArray, y: FloatArray, t: float) -> npt.NDArray[np.int64]:
-    """Per i, how many j have ``y_j - x_i <= t`` (computed as float differences, so the
-    counts agree with the materialised differences; rows are monotone in j)."""
-    lo = np.zeros(x.size, dtype=np.int64)
-    hi = np.full(x.size, y.size, dtype=np.int64)
-    while True:
-        active = lo < hi
-        if not active.any():
-            return lo
-        mid = (lo + hi) // 2
-        ok = (y[np.minimum(mid, y.size - 1)] - x) <= t
-        lo = np.where(active & ok, mid + 1, lo)
-        hi = np.where(active & ~ok, mid, hi)
+    """Per i, how many j have ``y_j - x_i <= t``, decided on the float differences (as the
+    materialised path does): ``searchsorted`` on ``x_i + t`` (which may round), then moved
+    over the few values where the two predicates disagree (rows are monotone in j)."""
+    m = y.size
+    idx = np.searchsorted(y, x + t, side="right").astype(np.int64)
+    while True:  # y[idx] still qualifies: move past its run of equal values
+        up = idx < m
+        up[up] = (y[idx[up]] - x[up]) <= t
+        if not up.any():
+            break
+        idx[up] = np.searchsorted(y, y[idx[up]], side="right")
+    while True:  # y[idx - 1] does not qualify: move before its run of equal values
+        down = idx > 0
+        down[down] = (y[idx[down] - 1] - x[down]) > t
+        if not down.any():
+            return idx
+        idx[down] = np.searchsorted(y, y[idx[down] - 1], side="left")
 
 
-def _select_difference(x: FloatArray, y: FloatArray, rank: int) -> float:
-    """The rank-th smallest ``y_j - x_i`` without building all n*m differences: bisect on
-    the value until few differences lie in the bracket, then sort those."""
-    lo_v = float(np.nextafter(y[0] - x[-1], -np.inf))  # below every difference
-    hi_v = float(y[-1] - x[0])  # the largest difference
-    lo_c = np.zeros(x.size, dtype=np.int64)
-    hi_c = np.full(x.size, y.size, dtype=np.int64)
+def _select_differences(x: FloatArray, y: FloatArray, ranks: Sequence[int]) -> dict[int, float]:
+    """The rank-th smallest ``y_j - x_i`` for each rank without building all n*m
+    differences: bisect on the value until few differences lie in the bracket, then sort
+    those (a bracket also answers the other ranks it holds, e.g. the median's pair)."""
+    out: dict[int, float] = {}
     budget = 4 * (x.size + y.size)
-    while int((hi_c - lo_c).sum()) > budget:
-        mid = lo_v + (hi_v - lo_v) / 2.0
-        if mid <= lo_v or mid >= hi_v:
-            return hi_v  # no float strictly between: every difference in (lo, hi] is hi
-        counts = _count_le(x, y, mid)
-        if int(counts.sum()) >= rank:
-            hi_v, hi_c = mid, counts
-        else:
-            lo_v, lo_c = mid, counts
-    lengths = hi_c - lo_c
-    rows = np.repeat(np.arange(x.size), lengths)
-    offsets = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    cand = np.sort(y[np.repeat(lo_c, lengths) + offsets] - x[rows])
-    return float(cand[rank - int(lo_c.sum()) - 1])
+    for rank in sorted(set(ranks)):
+        if rank in out:
+            continue
+        lo_v = float(np.nextafter(y[0] - x[-1], -np.inf))  # below every difference
+        hi_v = float(y[-1] - x[0])  # the largest difference
+        lo_c = np.zeros(x.size, dtype=np.int64)
+        hi_c = np.full(x.size, y.size, dtype=np.int64)
+        flat = False
+        while int((hi_c - lo_c).sum()) > budget:
+            mid = lo_v + (hi_v - lo_v) / 2.0
+            if mid <= lo_v or mid >= hi_v:
+                flat = True  # no float strictly between: every difference in (lo, hi] is hi
+                break
+            counts = _count_le(x, y, mid)
+            if int(counts.sum()) >= rank:
+                hi_v, hi_c = mid, counts
+            else:
+                lo_v, lo_c = mid, counts
+        below, upto = int(lo_c.sum()), int(hi_c.sum())
+        held = [r for r in ranks if below < r <= upto]
+        if flat:
+            out.update(dict.fromkeys(held, hi_v))
+            continue
+        lengths = hi_c - lo_c
+        rows = np.repeat(np.arange(x.size), lengths)
+        offsets = np.arange(upto - below) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        cand = np.sort(y[np.repeat(lo_c, lengths) + offsets] - x[rows])
+        out.update({r: float(cand[r - below - 1]) for r in held})
+    return out
 
 
 def adjust(
