@@ -19,6 +19,7 @@ Benjamini-Hochberg). Definitions: ``docs/definitions.md``, "Comparing runs (stat
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -131,15 +132,34 @@ def _mann_whitney_p(x: FloatArray, y: FloatArray) -> float:
     if pooled.min() == pooled.max():
         return 1.0  # every value equal: no evidence of any change
     has_ties = np.unique(pooled).size < pooled.size
-    method: str | sps.PermutationMethod
+    method: str
     if not has_ties and n * m <= _EXACT_U_MAX_PAIRS:
         method = "exact"
     elif has_ties and math.comb(n + m, n) <= _EXACT_PERMUTATIONS_MAX:
-        method = sps.PermutationMethod(n_resamples=math.inf)  # every split: exact, no RNG
+        return _permutation_p(pooled, m)
     else:
         method = "asymptotic"
     res = sps.mannwhitneyu(y, x, alternative="two-sided", method=method)
     return float(min(1.0, max(0.0, float(res.pvalue))))
+
+
+@lru_cache(maxsize=16)
+def _splits(size: int, m: int) -> npt.NDArray[np.intp]:
+    """Every choice of ``m`` positions out of ``size`` (one row each)."""
+    rows = itertools.chain.from_iterable(itertools.combinations(range(size), m))
+    return np.fromiter(rows, dtype=np.intp).reshape(-1, m)
+
+
+def _permutation_p(pooled: FloatArray, m: int) -> float:
+    """Exact two-sided permutation p-value of U with ties (midranks): over every split of
+    the pooled values into sizes (n, m), ``2 min(P(U <= u), P(U >= u))``, at most 1. The
+    NEW sample is the last ``m`` values of ``pooled``."""
+    twice_ranks = np.rint(2.0 * sps.rankdata(pooled)).astype(np.int64)  # midranks: exact
+    sums = twice_ranks[_splits(pooled.size, m)].sum(axis=1)
+    observed = int(twice_ranks[-m:].sum())
+    lower = np.count_nonzero(sums <= observed) / sums.size
+    upper = np.count_nonzero(sums >= observed) / sums.size
+    return float(min(1.0, 2.0 * min(lower, upper)))
 
 
 @lru_cache(maxsize=256)
