@@ -11,7 +11,7 @@ import io
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -21,13 +21,13 @@ import traceatlas
 from traceatlas.cli import output
 from traceatlas.cli.main import EngineOpt, _guard, app, writing
 from traceatlas.cli.outputs import refuse_inputs
-from traceatlas.compare import diff_format
-from traceatlas.compare.diff import DiffResult, diff_summaries, is_summary_file
-from traceatlas.compare.gate import parse_rule
 from traceatlas.compare.summary import read_summary, summarize
 from traceatlas.errors import InputError
 from traceatlas.literal import literal
 from traceatlas.tempfiles import replaceable_file, sibling
+
+if TYPE_CHECKING:
+    from traceatlas.compare.diff import DiffResult
 
 DIFF_FORMATS = ("table", "json", "markdown", "junit")
 EXIT_VIOLATION = 1
@@ -35,6 +35,8 @@ EXIT_VIOLATION = 1
 
 def _side(path: Path, engine: str) -> dict[str, Any]:
     """A baseline summary file as is; a trace or store summarised in memory."""
+    from traceatlas.compare.diff import is_summary_file
+
     if is_summary_file(path):
         return read_summary(path)
     if not path.exists():
@@ -66,6 +68,11 @@ def diff_command(
     """Compare two runs by step, annotation, op, kernel, category and rank (Mann-Whitney
     over iterations and ranks, Holm-corrected), list added/removed entities and put the
     efficiency model side by side; gate CI with --fail-on."""
+    # Imported here: scipy (the statistics) costs ~0.6 s, which other commands never pay.
+    from traceatlas.compare import diff_format
+    from traceatlas.compare.diff import diff_summaries
+    from traceatlas.compare.gate import parse_rule
+
     if fmt not in DIFF_FORMATS:
         raise InputError("--format", f"{fmt!r} is not one of {', '.join(DIFF_FORMATS)}")
     if not 0.0 < alpha < 1.0:
@@ -91,6 +98,8 @@ def diff_command(
 
 
 def _render(result: DiffResult, fmt: str) -> str:
+    from traceatlas.compare import diff_format
+
     if fmt == "json":
         return diff_format.to_json(result)
     if fmt == "markdown":
@@ -116,6 +125,8 @@ def _cell(value: str) -> Text:
 
 def _table_text(result: DiffResult) -> str:
     """The terminal rendering: top changes, added/removed, efficiency, notes, headline."""
+    from traceatlas.compare import diff_format
+
     tty = sys.stdout.isatty()
     console = output.LiteralConsole(file=io.StringIO(), record=True,
                                     width=None if tty else 160,
