@@ -545,3 +545,195 @@ def test_token_page_sends_it_on_every_request(browser: Any, server: dict[str, An
             assert "missing or wrong token" in bare.content()
         finally:
             bare.close()
+
+
+@pytest.mark.realtrace
+def test_json_fallback_without_source_text_keeps_int64_exact(view: Page) -> None:
+    """parseJSON's path for browsers without JSON.parse source text (forced here): integer
+    literals of 16+ digits come back as exact BigInts, digits inside strings (values and
+    keys, with escaped quotes) are left alone, a string that starts with NUL stays itself."""
+    extremes = [2**63 - 1, -(2**63), 1795540774877517813, -(10**15) * 9 - 7, 2**53 + 1]
+    doc = {"start_ns": extremes, "safe": [9007199254740991, 10**15, -12, 0, 2.5, 1e300],
+           "name": 'kernel<1234567890123456789>("x", 9223372036854775807)',
+           'k"9223372036854775807': "q\\\"1234567890123456789\"",
+           "nul": "\u00001234567890123456789", "nul2": "\u0000\u0000x", "1234567890123456789": 7}
+    text = json.dumps(doc, separators=(", ", " : "))  # spaces around ':' and ','
+    got = view.page.evaluate(
+        """async (text) => {
+            const m = await import('/static/api.js');
+            const out = {};
+            for (const force of [true, false]) {
+                const r = m.parseJSON(text, force);
+                out[force ? 'fallback' : 'native'] = JSON.stringify(r,
+                    (k, x) => (typeof x === 'bigint' ? 'big:' + x.toString() : x));
+            }
+            return out;
+        }""", text)
+
+    def tag(x: Any) -> Any:  # the expected value with each unsafe integer marked as BigInt
+        if isinstance(x, bool) or not isinstance(x, int):
+            return {k: tag(v) for k, v in x.items()} if isinstance(x, dict) else (
+                [tag(v) for v in x] if isinstance(x, list) else x)
+        return f"big:{x}" if abs(x) > 2**53 - 1 else x
+
+    expected = tag(doc)
+    assert expected["start_ns"][0] == "big:9223372036854775807"
+    assert expected["safe"][0] == 9007199254740991  # a 16-digit safe integer stays a Number
+    assert json.loads(got["fallback"]) == expected
+    assert json.loads(got["native"]) == expected
+
+
+@pytest.mark.realtrace
+def test_short_display_names(view: Page) -> None:
+    """Lane boxes and labels show C++ signatures without return type, template arguments
+    and parameters (last 2 namespaces + name); other names are unchanged."""
+    cases = {
+        "void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, float, float, float, "
+        "at::native::(anonymous namespace)::SoftMaxBackwardEpilogue>(float*, float const*, "
+        "float const*, long)": "at::native::cunn_SoftMaxBackward",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::GeluBackwardCUDAKernelImpl"
+        "(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::"
+        "{lambda(float, float)#1}, std::array<char*, 3ul> >(int, std::array<char*, 3ul>)":
+            "at::native::vectorized_elementwise_kernel",
+        "void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align1>"
+        "(cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align1::Params)": "cutlass::Kernel2",
+        "a::b::c::d::e(int)": "c::d::e",
+        "aten::copy_": "aten::copy_",
+        "Memcpy DtoH (Device -> Pinned)": "Memcpy DtoH (Device -> Pinned)",
+        "ProfilerStep#4": "ProfilerStep#4",
+        "stream 7": "stream 7",
+    }
+    got = view.page.evaluate(
+        """async (names) => {
+            const m = await import('/static/render.js');
+            return names.map((n) => m.shortName(n));
+        }""", list(cases))
+    assert got == list(cases.values())
+
+
+@pytest.mark.realtrace
+def test_bins_wider_than_a_chunk_are_kept_in_every_chunk(view: Page) -> None:
+    """A raw track asked at level 0 is answered at its coarser finest level, bins wider than
+    a 512-bin chunk of level 0: the page's tile cache holds each bin in every chunk it
+    overlaps (expected from /api/tiles, split by hand)."""
+    tracks = _tracks(view)
+    track = max((t for t in tracks if t["kind"] == "gpu_stream"), key=lambda t: t["finest_level"])
+    assert track["finest_level"] >= 6  # bins of >= 4**6 level-0 bins: several chunks
+    meta = _api(view, "/api/meta")
+    origin = int(meta["origin_ns"])
+    chunk = 512 * 1024  # tiles.js CHUNK bins of level 0
+    wide = 1024 * 4 ** track["finest_level"]
+    # a window of chunks around the middle of one of its bins that holds events
+    first = _api(view, f"/api/tiles?level={track['finest_level']}&start_ns={origin}&end_ns="
+                       f"{int(meta['end_ns'])}&tracks={track['id']}")["tracks"][0]
+    mid = int(first["bin"][0]) * wide + wide // 2
+    c0, c1 = mid // chunk - 3, mid // chunk + 3
+    got = view.page.evaluate(
+        """async ([id, c0, c1]) => {
+            const t = await import('/static/tiles.js');
+            const api = await import('/static/api.js');
+            const meta = api.parseJSON(await (await fetch('api/meta')).text());
+            const tracks = api.parseJSON(await (await fetch('api/tracks')).text());
+            const byId = new Map(tracks.map((x) => [Number(x.id), x]));
+            let done, fail;
+            const p = new Promise((res, rej) => { done = res; fail = rej; });
+            const ds = new t.DataStore(meta, byId, () => done(), (e) => fail(e));
+            ds.fetchTiles('tiles', 0, [id], c0, c1);
+            await p;
+            const out = {};
+            for (let c = c0; c <= c1; c++) {
+                const got = ds.tiles.get(ds.key('tiles', 0, id, c));
+                out[c] = [...got.start].map((s, i) => [s, got.binNs, got.cat[i]]);
+            }
+            return out;
+        }""", [track["id"], c0, c1])
+    ref = _api(view, f"/api/tiles?level=0&start_ns={origin + c0 * chunk}&end_ns="
+                     f"{origin + (c1 + 1) * chunk}&tracks={track['id']}")["tracks"][0]
+    bn = int(ref["bin_ns"])
+    assert bn == wide and bn > chunk
+    rows = [(int(b) * bn, int(c)) for b, c in zip(ref["bin"], ref["cat"], strict=True)]
+    assert rows
+    for c in range(c0, c1 + 1):
+        expected = sorted((s, bn, cat) for s, cat in rows
+                          if s < (c + 1) * chunk and s + bn > c * chunk)
+        assert sorted((int(s), int(b), int(k)) for s, b, k in got[str(c)]) == expected, c
+    assert all(got[str(c)] for c in range(c0, c1 + 1))  # the wide bin is in all of them
+    view.check_clean()
+
+
+@pytest.mark.realtrace
+def test_quiet_streams_fold_into_one_line_busiest_first(view: Page, server: dict[str, Any]) -> None:
+    """Rank 0 expanded: its GPU streams come busiest first (events, from SQL), the streams
+    of at most 16 events fold into one "N quiet streams" line that a click opens."""
+    tracks = {t["id"]: t for t in _tracks(view)}
+    counts = _sql(server, "SELECT t.track_id, t.name, count(i.start_ns) AS n FROM tracks t "
+                          "LEFT JOIN intervals i ON i.rank = t.rank AND i.track_id = t.track_id "
+                          "WHERE t.rank = 0 AND t.kind = 'gpu_stream' GROUP BY ALL")
+    stream = {t["track_id"]: t["stream"] for t in tracks.values() if t["rank"] == 0}
+    counts.sort(key=lambda r: (-r["n"], stream[r["track_id"]]))  # busiest first, then stream
+    busy = [r for r in counts if r["n"] > 16]
+    quiet = [r for r in counts if r["n"] <= 16]
+    assert len(quiet) >= 2 and busy
+    view.page.mouse.click(view.box["x"] + 40, view.box["y"] + 22 + 8)
+    st = view.settle()
+    streams = [r for r in st["rows"] if r.startswith("stream ")]
+    assert streams == [r["name"] for r in busy]
+    line = [r for r in st["rows"] if "quiet streams" in r]
+    most = max(r["n"] for r in quiet)
+    assert line == [f"▸ {len(quiet)} quiet streams (≤{most} events)"]
+    # click the line: the quiet streams show, most events first
+    idx = st["rows"].index(line[0])
+    y0 = 22 + sum(_row_heights(view)[:idx]) + 4
+    view.page.mouse.click(view.box["x"] + 40, view.box["y"] + y0)
+    st = view.settle()
+    shown = [r for r in st["rows"] if r.startswith("stream ")]
+    assert len(shown) > len(streams)
+    assert st["rows"][idx].startswith("▾ ")
+    opened = [tracks[i]["name"] for i in st["visible_tracks"]
+              if tracks[i]["kind"] == "gpu_stream" and tracks[i]["events"] <= 16]
+    assert opened and opened == [r["name"] for r in quiet][:len(opened)]
+    view.check_clean()
+
+
+def _row_heights(view: Page) -> list[float]:
+    """Heights (CSS px) of the rows the page lays out, from its hit rows."""
+    out: list[float] = view.page.evaluate("() => window.__traceatlas.row_h")
+    return out
+
+
+@pytest.mark.realtrace
+def test_short_selection_breakdown_stays_inside_it(browser: Any, server: dict[str, Any],
+                                                   tmp_path: Path) -> None:
+    """A link to rank 0, 800 us of the run with a ~400 us selection: the page opens there
+    with the selection's breakdown, whose times (intervals cut to the window) all fit in
+    the window and equal `analyze breakdown --window`'s (screenshot view-selection.png)."""
+    probe = Page(browser, server)
+    try:
+        origin = int(_api(probe, "/api/meta")["start_ns"])
+    finally:
+        probe.close()
+    start, end = origin + 221_300_000, origin + 222_100_000
+    a, b = origin + 221_400_000, origin + 221_802_000
+    p = Page(browser, server, f"#start={start}&end={end}&ranks=0-0&sel={a}:{b}")
+    try:
+        p.page.locator("#selection-panel[data-ready='1']").wait_for(timeout=60000)
+        st = p.settle()
+        assert (int(st["start_ns"]), int(st["end_ns"])) == (start, end)
+        assert st["sel"] == [str(a), str(b)]
+        assert st["drawn"]  # rank 0 expanded, raw events at this zoom
+        ref = json.loads(_cli("analyze", "breakdown", str(server["store"]), "--window",
+                              f"@{a}:@{b}", "--ranks", "0", "--format", "json",
+                              env=server["env"]))
+        assert ref
+        cells = p.page.locator("[data-testid=breakdown-cell]")
+        got = {cells.nth(i).get_attribute("data-col"): cells.nth(i).get_attribute("data-value")
+               for i in range(cells.count())}
+        ns_cols = [c for c in ref[0] if c.endswith("_ns")]
+        assert "span_ns" in ns_cols and "busy_ns" in ns_cols
+        for col in ns_cols:
+            assert float(got[col] or "nan") == float(ref[0][col]), col
+            assert 0 <= ref[0][col] <= b - a, col
+        _shot(p, "view-selection.png", tmp_path)
+        p.check_clean()
+    finally:
+        p.close()

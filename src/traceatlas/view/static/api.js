@@ -1,17 +1,55 @@
 // HTTP client of the viewer's API (/api/...).
 //
 // Times: the server sends absolute epoch ns as JSON integers (about 1.8e18), beyond the
-// 2^53 that a JS Number holds exactly. parseJSON keeps every integer of more than 15
-// digits as a BigInt (from the number's own source text); `rel()` turns an absolute BigInt
-// into ns relative to the run's origin, a Number that is exact for runs under ~104 days.
+// 2^53 that a JS Number holds exactly. parseJSON keeps every integer that is not a safe
+// Number as a BigInt, from the number's own source text (JSON.parse source text access,
+// Chromium >= 114) or, in browsers without it, from a rewrite that quotes integer literals
+// of 16+ digits first; `rel()` turns an absolute BigInt into ns relative to the run's
+// origin, a Number that is exact for runs under ~104 days.
 // The token from the page's own URL (?token=...) is sent as `Authorization: Bearer` on
 // every request. Requests take an AbortSignal so a moved view cancels stale ones.
 
 const params = new URLSearchParams(window.location.search);
 const TOKEN = params.get("token");
 
-/** Parse JSON keeping big integers exact (BigInt). */
-export function parseJSON(text) {
+/** True when JSON.parse hands the reviver the number's source text (Chromium >= 114). */
+const HAS_SOURCE = (() => {
+  let ok = false;
+  try {
+    JSON.parse("1", (k, v, context) => { ok = !!context && typeof context.source === "string"; return v; });
+  } catch (e) { /* no reviver context */ }
+  return ok;
+})();
+
+// A JSON string literal (with an optional ":" after it: then it is a key) or a number.
+// Outside strings only numbers hold digits (true/false/null do not).
+const TOKENS = /"(?:[^"\\]|\\.)*"(\s*:)?|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/g;
+const NUL = "\\u0000";  // as written in JSON text
+
+/** The fallback's rewrite: every integer literal of 16+ digits becomes the string
+ * NUL + digits; a string VALUE that already starts with NUL gets one more NUL in front
+ * (the reviver strips it), so no data can pass for a rewritten number. */
+export function quoteBigInts(text) {
+  return text.replace(TOKENS, (tok, colon) => {
+    if (tok[0] === '"') return !colon && tok.startsWith('"' + NUL) ? '"' + NUL + tok.slice(1) : tok;
+    const digits = tok[0] === "-" ? tok.length - 1 : tok.length;
+    return digits >= 16 && /^-?\d+$/.test(tok) ? `"${NUL}${tok}"` : tok;
+  });
+}
+
+function bigReviver(key, value) {
+  if (typeof value !== "string" || value.charCodeAt(0) !== 0) return value;
+  const rest = value.slice(1);
+  if (rest.charCodeAt(0) === 0) return rest;  // a string that started with NUL
+  const n = Number(rest);
+  return Number.isSafeInteger(n) ? n : BigInt(rest);
+}
+
+/** Parse JSON keeping big integers exact: an integer that is not a safe Number becomes a
+ * BigInt (from the number's own source text; browsers without JSON.parse source text
+ * access, or `forceFallback`, go through quoteBigInts first). */
+export function parseJSON(text, forceFallback = false) {
+  if (!HAS_SOURCE || forceFallback) return JSON.parse(quoteBigInts(text), bigReviver);
   return JSON.parse(text, (key, value, context) => {
     if (typeof value === "number" && !Number.isSafeInteger(value) && Number.isInteger(value)
         && context && typeof context.source === "string" && /^-?\d+$/.test(context.source)) {

@@ -16,22 +16,34 @@ export const GROUP_MIN_H = 14;
 const MAX_ROWS = { host_thread: 5, gpu_stream: 3, device: 3, other: 2 };
 const SMALL_TRACK = 16;
 const KIND_ORDER = { device: 0, gpu_stream: 1, counter: 2, host_thread: 3, other: 4 };
+export const QUIET_EVENTS = SMALL_TRACK;  // a stream with at most this many events is "quiet"
+export const IDLE_H = ROW_H;
 
-/** Index the tracks: per rank, its summary rows and its lanes in display order. */
+/** Index the tracks: per rank, its summary rows, its lanes in display order (GPU streams
+ * busiest first: most events) and `quiet`: its streams of at most QUIET_EVENTS events
+ * (none included), shown as one collapsed line when there are 2 or more of them. */
 export function indexTracks(tracks) {
   const byRank = new Map();
   for (const t of tracks) {
-    if (!byRank.has(t.rank)) byRank.set(t.rank, { device: null, host: null, lanes: [] });
+    if (!byRank.has(t.rank)) byRank.set(t.rank, { device: null, host: null, lanes: [], quiet: [] });
     const r = byRank.get(t.rank);
     if (t.kind === "rank_device") r.device = t;
     else if (t.kind === "rank_host") r.host = t;
+    else if (t.kind === "gpu_stream" && (t.events ?? 0) <= QUIET_EVENTS) r.quiet.push(t);
     else if (t.events > 0 || (t.kind === "counter" && (t.series || []).length > 0)) r.lanes.push(t);
   }
+  const order = (a, b) => (KIND_ORDER[a.kind] ?? 9) - (KIND_ORDER[b.kind] ?? 9)
+    || a.device - b.device || (a.kind === "gpu_stream" ? (b.events ?? 0) - (a.events ?? 0) : 0)
+    || a.stream - b.stream || a.id - b.id;
   for (const r of byRank.values()) {
-    const devices = new Set(r.lanes.filter((t) => t.device >= 0).map((t) => t.device));
+    if (r.quiet.length < 2) {  // one quiet stream: an ordinary lane (when it has events)
+      r.lanes.push(...r.quiet.filter((t) => t.events > 0));
+      r.quiet = [];
+    }
+    const devices = new Set([...r.lanes, ...r.quiet].filter((t) => t.device >= 0).map((t) => t.device));
     r.manyDevices = devices.size > 1;  // then lane labels name their device
-    r.lanes.sort((a, b) => (KIND_ORDER[a.kind] ?? 9) - (KIND_ORDER[b.kind] ?? 9)
-      || a.device - b.device || a.stream - b.stream || a.id - b.id);
+    r.lanes.sort(order);
+    r.quiet.sort(order);
   }
   return byRank;
 }
@@ -49,7 +61,7 @@ function laneHeight(track) {
 }
 
 /** Height in px of one rank's rows (collapsed or expanded). */
-function rankRows(rank, info, expanded) {
+function rankRows(rank, info, expanded, open) {
   const rows = [];
   const head = info.device || info.host;
   rows.push({ kind: "header", rank, track: head ? head.id : null, h: HEADER_H,
@@ -61,16 +73,36 @@ function rankRows(rank, info, expanded) {
     }
     return rows;
   }
-  for (const t of info.lanes) {
-    rows.push({ kind: t.kind === "counter" ? "counter" : "lane", rank, track: t.id,
-      h: laneHeight(t), label: "  " + (info.manyDevices && t.device >= 0 && t.kind !== "device"
-        ? `dev ${t.device} · ${t.name}` : t.name), sub: t.kind, depth: depthRows(t), info: t });
-  }
+  const lane = (t) => ({ kind: t.kind === "counter" ? "counter" : "lane", rank, track: t.id,
+    h: laneHeight(t), label: "  " + (info.manyDevices && t.device >= 0 && t.kind !== "device"
+      ? `dev ${t.device} · ${t.name}` : t.name), sub: t.kind, depth: depthRows(t), info: t });
+  const quiet = info.quiet || [];
+  // the quiet streams' line goes after the rank's last busy stream (before its counters)
+  let at = info.lanes.findIndex((t) => (KIND_ORDER[t.kind] ?? 9) > KIND_ORDER.gpu_stream);
+  if (at < 0) at = info.lanes.length;
+  info.lanes.forEach((t, i) => {
+    if (i === at) rows.push(...quietRows(rank, quiet, open, lane));
+    rows.push(lane(t));
+  });
+  if (at === info.lanes.length) rows.push(...quietRows(rank, quiet, open, lane));
+  return rows;
+}
+
+/** The collapsed line of a rank's quiet streams (click: open), then the streams if open. */
+function quietRows(rank, quiet, open, lane) {
+  if (quiet.length === 0) return [];
+  const most = Math.max(...quiet.map((t) => t.events ?? 0));
+  const what = most === 0 ? `${quiet.length} idle streams`
+    : `${quiet.length} quiet streams (≤${most} events)`;
+  const rows = [{ kind: "idle", rank, track: null, h: IDLE_H, depth: 1, sub: "quiet",
+    label: `  ${open ? "▾" : "▸"} ${what}` }];
+  if (open) rows.push(...quiet.map(lane));
   return rows;
 }
 
 /**
- * Lay out the rows. `view` = {r0, r1, expanded: Set, scrollY}; `ranks` = sorted rank list;
+ * Lay out the rows. `view` = {r0, r1, expanded: Set, quietOpen: Set (ranks whose quiet
+ * streams are shown), scrollY}; `ranks` = sorted rank list;
  * `height` = px available. Returns {mode, rows (with y), total, groups}.
  */
 export function layout(byRank, ranks, view, height) {
@@ -99,8 +131,9 @@ export function layout(byRank, ranks, view, height) {
   const stretch = anyExpanded ? 1
     : Math.max(1, Math.min(3, height / Math.max(1, visible.length * collapsedH)));
   for (const rank of visible) {
-    const info = byRank.get(rank) || { device: null, host: null, lanes: [] };
-    for (const row of rankRows(rank, info, view.expanded.has(rank))) {
+    const info = byRank.get(rank) || { device: null, host: null, lanes: [], quiet: [] };
+    const open = !!view.quietOpen && view.quietOpen.has(rank);
+    for (const row of rankRows(rank, info, view.expanded.has(rank), open)) {
       row.h = Math.floor(row.h * stretch);
       row.y = y - view.scrollY;
       y += row.h;

@@ -4,14 +4,14 @@
 // something changed, and exposes window.__traceatlas for the browser tests:
 //   {start_ns, end_ns (absolute ns as decimal strings: exact), level, mode, drawn: [{track,
 //    name, start_ns, end_ns, x, y, w, h (box in canvas CSS px)}] raw events drawn in the
-//    last frame, visible_tracks, rows (labels), sel, frames, pending (requests in flight or
-//    due), lastError, ready, first_frame_ms (ms from navigation start to the first frame
-//    drawn with nothing pending)}.
+//    last frame, visible_tracks, rows (labels), row_h (their heights, CSS px), sel, frames,
+//    pending (requests in flight or due), lastError, ready, first_frame_ms (ms from
+//    navigation start to the first frame drawn with nothing pending)}.
 
 import { get, abs, rel } from "./api.js";
 import { indexTracks, layout, rowAt, HEADER_H } from "./layout.js";
 import { DataStore, levelFor } from "./tiles.js";
-import { drawFrame, fmtDur, categoryColor, LABEL_W, AXIS_H } from "./render.js";
+import { drawFrame, fitCanvas, fmtDur, categoryColor, LABEL_W, AXIS_H } from "./render.js";
 import { attach } from "./interact.js";
 import { Minimap } from "./minimap.js";
 import { showEvent } from "./details.js";
@@ -28,7 +28,7 @@ const tooltip = document.getElementById("tooltip");
 const scrollbar = document.getElementById("rank-scroll");
 const status = document.getElementById("status");
 
-const v = { start: 0, end: 1, r0: 0, r1: 1, expanded: new Set(), scrollY: 0, sel: null,
+const v = { start: 0, end: 1, r0: 0, r1: 1, expanded: new Set(), quietOpen: new Set(), scrollY: 0, sel: null,
   highlight: null, colorMode: "category", theme: "light" };
 let meta, tracksById, byRank, ranks, data, minimap, span, origin, colors;
 let lastFrame = null;  // {hits, lay, width, height}
@@ -197,6 +197,12 @@ function hover(x, y) {
 
 function click(x, y) {
   if (!lastFrame) return;
+  const line = rowAt(lastFrame.lay.rows, y - AXIS_H);
+  if (line && line.kind === "idle") {  // a rank's quiet streams: open / close them
+    if (v.quietOpen.has(line.rank)) v.quietOpen.delete(line.rank); else v.quietOpen.add(line.rank);
+    changed();
+    return;
+  }
   if (x < LABEL_W) {
     const row = rowAt(lastFrame.lay.rows, y - AXIS_H);
     if (row && row.kind === "header") {
@@ -228,6 +234,8 @@ function goTo(a, b, track) {
       v.r0 = Math.max(0, Math.min(i, ranks.length - n)); v.r1 = v.r0 + n;
     }
     if (!["rank_device", "rank_host"].includes(info.kind)) v.expanded.add(info.rank);
+    const r = byRank.get(info.rank);
+    if (r && r.quiet.some((t) => t.id === track)) v.quietOpen.add(info.rank);
     v.pendingScrollTo = track;
   }
   v.highlight = { track, start: s };
@@ -236,13 +244,7 @@ function goTo(a, b, track) {
 
 function frame() {
   dirty = false;
-  const dpr = window.devicePixelRatio || 1;
-  const width = canvas.clientWidth, height = canvas.clientHeight;
-  if (canvas.width !== Math.round(width * dpr) || canvas.height !== Math.round(height * dpr)) {
-    canvas.width = Math.round(width * dpr); canvas.height = Math.round(height * dpr);
-  }
-  const ctx = canvas.getContext("2d");
-  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  const { ctx, width, height } = fitCanvas(canvas);
   const level = levelFor(v.end - v.start, plotWidth());
   const plotH = height - AXIS_H;
   let lay = layout(byRank, ranks, v, plotH);
@@ -281,6 +283,7 @@ function frame() {
     level, mode: lay.mode, drawn: out.drawn, frames: state.frames + 1,
     pending: data.inflight.size + (data.timer ? 1 : 0) + (data.eventsPending ? 1 : 0),
     rows: lay.rows.filter((r) => r.y + r.h >= 0 && r.y <= plotH).map((r) => r.label.trim()),
+    row_h: lay.rows.filter((r) => r.y + r.h >= 0 && r.y <= plotH).map((r) => r.h),
     visible_tracks: visible.map((r) => r.track),
     sel: v.sel ? [abs(v.sel[0], origin).toString(), abs(v.sel[1], origin).toString()] : null,
     ready: true });

@@ -3,6 +3,7 @@
 
 import { get, abs } from "./api.js";
 import { levelFor, binNs } from "./tiles.js";
+import { fitCanvas } from "./render.js";
 
 export class Minimap {
   /** `meta` with origin/start/end, `kind` rank_device|rank_host, `ranks` list, `v` the view. */
@@ -38,14 +39,7 @@ export class Minimap {
 
   /** Draw with the current window [s, e] (relative ns) and theme colours. */
   draw(s, e, colors) {
-    const c = this.canvas;
-    const dpr = window.devicePixelRatio || 1;
-    const w = c.clientWidth, h = c.clientHeight;
-    if (c.width !== Math.round(w * dpr) || c.height !== Math.round(h * dpr)) {
-      c.width = Math.round(w * dpr); c.height = Math.round(h * dpr);
-    }
-    const ctx = c.getContext("2d");
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    const { ctx, width: w, height: h } = fitCanvas(this.canvas);
     ctx.fillStyle = colors.laneB;
     ctx.fillRect(0, 0, w, h);
     const X = (t) => (t / this.span) * w;

@@ -48,6 +48,37 @@ function niceStep(raw) {
   return 10 * p;
 }
 
+const RETURN_TYPE = /^(?:(?:static|inline|__global__|void|int|unsigned|long|float|double|bool|auto)\s+)+/;
+const shortCache = new Map();
+
+/** A C++ signature's display form (lane boxes and labels; tooltips and details keep the
+ * full name): no return type, template arguments or parameter list, `(anonymous
+ * namespace)` dropped, the last 2 namespace components + the name. "void
+ * at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, float>(float*, long)" ->
+ * "at::native::cunn_SoftMaxBackward". Names without "::" are returned as they are. */
+export function shortName(name) {
+  if (!name.includes("::")) return name;
+  let got = shortCache.get(name);
+  if (got !== undefined) return got;
+  let top = "", angle = 0, paren = 0;
+  const text = name.replace(RETURN_TYPE, "");
+  for (let i = 0; i < text.length; i++) {
+    const ch = text[i];
+    if (ch === "<" && paren === 0) angle++;
+    else if (ch === ">" && paren === 0 && angle > 0 && text[i - 1] !== "-") angle--;
+    else if (ch === "(" && angle === 0) {
+      if (paren === 0 && text.startsWith("(anonymous namespace)", i)) { i += 20; continue; }
+      paren++;
+    } else if (ch === ")" && angle === 0 && paren > 0) paren--;
+    else if (angle === 0 && paren === 0) top += ch;
+  }
+  const parts = top.split("::").map((p) => p.trim()).filter((p) => p.length > 0);
+  got = parts.length ? parts.slice(-3).join("::") : name;
+  if (shortCache.size > 50000) shortCache.clear();
+  shortCache.set(name, got);
+  return got;
+}
+
 /** `text` cut in the middle to fit `w` px (lane names often differ at their end). */
 function fitMiddle(ctx, text, w) {
   if (ctx.measureText(text).width <= w) return text;
@@ -69,6 +100,19 @@ function fitText(ctx, text, w) {
     if (ctx.measureText(text.slice(0, mid) + "…").width <= w) lo = mid; else hi = mid - 1;
   }
   return lo > 0 ? text.slice(0, lo) + "…" : "";
+}
+
+/** Size `canvas`'s backing store to its CSS box times devicePixelRatio (when it changed)
+ * and return its 2D context scaled to CSS px, with the CSS width and height. */
+export function fitCanvas(canvas) {
+  const dpr = window.devicePixelRatio || 1;
+  const width = canvas.clientWidth, height = canvas.clientHeight;
+  if (canvas.width !== Math.round(width * dpr) || canvas.height !== Math.round(height * dpr)) {
+    canvas.width = Math.round(width * dpr); canvas.height = Math.round(height * dpr);
+  }
+  const ctx = canvas.getContext("2d");
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  return { ctx, width, height };
 }
 
 /** Draw a frame. `f` = {ctx, width, height, start, end, rows, mode, data, level, colorMode,
@@ -128,12 +172,15 @@ function drawLabel(ctx, f, row) {
   ctx.fillStyle = colors.panel;
   ctx.fillRect(0, row.y, LABEL_W, row.h);
   const header = row.kind === "header" || row.kind === "group";
-  ctx.font = header ? "600 12px system-ui, sans-serif" : "11px system-ui, sans-serif";
-  ctx.fillStyle = header ? colors.rank : colors.label;
+  ctx.font = header ? "600 12px system-ui, sans-serif"
+    : row.kind === "idle" ? "italic 10px system-ui, sans-serif" : "11px system-ui, sans-serif";
+  ctx.fillStyle = header ? colors.rank : row.kind === "idle" ? colors.muted : colors.label;
   ctx.textBaseline = "middle";
   const mark = row.kind === "header" ? (f.expanded.has(row.rank) ? "▾ " : "▸ ") : "";
   const y = row.y + Math.min(row.h, row.kind === "lane" ? ROW_H + 2 : row.h) / 2;
-  ctx.fillText(fitMiddle(ctx, mark + row.label, LABEL_W - 8), 4, y);
+  const indent = /^\s*/.exec(row.label)[0];
+  const label = indent + shortName(row.label.slice(indent.length));
+  ctx.fillText(fitMiddle(ctx, mark + label, LABEL_W - 8), 4, y);
 }
 
 function binColor(f, cat, name, busyFrac) {
@@ -146,10 +193,14 @@ function drawBins(ctx, f, row, X, scale, hitsOut, alpha) {
   const cols = f.data.chunksFor("tiles", f.level, row.track, f.start, f.end);
   const h = row.h - 2;
   ctx.globalAlpha = alpha;
+  const seen = new Set();  // a bin wider than a chunk is cached in each chunk it overlaps
   for (const c of cols) {
     let stack = 0, last = NaN;
     for (let i = 0; i < c.n; i++) {
       const s = c.start[i];
+      const key = `${c.binNs}|${s}|${c.cat[i]}`;
+      if (seen.has(key)) continue;
+      seen.add(key);
       if (s !== last) { stack = 0; last = s; }
       const x0 = X(s), x1 = X(s + c.binNs);
       if (x1 < LABEL_W || x0 > f.width) continue;
@@ -183,7 +234,7 @@ function drawTrack(ctx, f, row, X, scale, hitsOut, drawn) {
     ctx.fillRect(x0, y, w, rh - 1);
     if (w > 28) {
       ctx.fillStyle = "#ffffff";
-      const t = fitText(ctx, e.name, w - 4);
+      const t = fitText(ctx, shortName(e.name), w - 4);
       if (t) ctx.fillText(t, x0 + 2, y + rh / 2);
     }
     hitsOut.items.push({ x0, x1: x0 + w, y0: y, y1: y + rh, type: "event", ev: e });
@@ -210,10 +261,14 @@ function drawCounter(ctx, f, row, X, scale, hitsOut) {
   if (!(hi >= lo)) return;
   const h = row.h - 6;
   const Y = hi > lo ? (v) => row.y + 3 + h - ((v - lo) / (hi - lo)) * h : () => row.y + row.h / 2;
+  const seen = new Set();  // bins wider than a chunk are cached in each chunk they overlap
   for (const c of cols) {
     for (let i = 0; i < c.n; i++) {
       const x0 = X(c.start[i]), x1 = X(c.start[i] + c.binNs);
       if (x1 < LABEL_W || x0 > f.width) continue;
+      const key = `${c.binNs}|${c.start[i]}|${c.series[i]}`;
+      if (seen.has(key)) continue;
+      seen.add(key);
       const color = nameColor(c.seriesNames[c.series[i]] ?? String(c.series[i]));
       ctx.globalAlpha = 0.3;
       ctx.fillStyle = color;

@@ -186,9 +186,13 @@ export class DataStore {
         if (cols.cat) for (const c of new Set(cols.cat)) this.seenCats.add(this.categories[c] || "other");
         const per = new Map();
         for (let c = c0; c <= c1; c++) per.set(c, []);
+        // a bin may be wider than a chunk (a raw track answered at its coarser finest
+        // level): it goes into every chunk it overlaps (drawBins skips the duplicates)
         for (let i = 0; i < cols.n; i++) {
-          const c = Math.min(c1, Math.max(c0, Math.floor(Math.max(cols.start[i], s) / span)));
-          per.get(c).push(i);
+          const b0 = Math.max(cols.start[i], s), b1 = Math.min(cols.start[i] + cols.binNs, e);
+          const first = Math.min(c1, Math.max(c0, Math.floor(b0 / span)));
+          const last = Math.min(c1, Math.max(first, Math.ceil(b1 / span) - 1));
+          for (let c = first; c <= last; c++) per.get(c).push(i);
         }
         for (const [c, idx] of per) this.tiles.set(this.key(kind, level, t.id, c), pick(cols, idx));
       }
