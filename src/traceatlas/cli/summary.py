@@ -30,7 +30,7 @@ def summary_command(
     engine: EngineOpt = "local",
 ) -> None:
     """Write the compact baseline summary of a run (per step, annotation, op, kernel and
-    category times per iteration and rank; efficiency model) for ``diff`` and CI."""
+    category times per iteration and rank; efficiency model) for `traceatlas diff` and CI."""
     replaceable_file(out, hint="-o names the summary file to write")  # before any work
     refuse_inputs(out, [path])
     with output.progress(f"ingest {path.name}") as bar:
