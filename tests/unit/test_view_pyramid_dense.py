@@ -52,9 +52,18 @@ def _sparse_rows(p: Pyramid, *args: Any) -> list[dict[str, Any]]:
 
 def _loop_rows(p: Pyramid, level: int, start: int, end: int, kind: str, ranks: list[int],
                groups: int) -> list[dict[str, Any]]:
-    """Plain reference: each rank's busy per bin from its own tiles, groups by hand."""
+    """Plain reference: each rank's busy per bin from its own tiles, groups by hand. The
+    level answered: the smallest one >= ``level`` at which at least half of the ranks'
+    rows are stored; a row stored only coarser is read at its own level (as ``tiles``
+    answers) and each coarse bin's fraction counts for every bin it covers."""
+    if not ranks:
+        return []
     ids = [p._rows.get((r, kind)) for r in ranks]
-    used = min(max([level, *(p.tracks[i].finest_level for i in ids if i is not None)]), p.top)
+    fins = [p.tracks[i].finest_level for i in ids if i is not None]
+    used = level
+    while fins and 2 * sum(f <= used for f in fins) < len(fins):
+        used += 1
+    used = min(used, p.top)
     width = lv.bin_ns(used)
     last = (p.end_ns - 1 - p.origin_ns) // width
     lo = max((start - p.origin_ns) // width, 0)
@@ -62,14 +71,18 @@ def _loop_rows(p: Pyramid, level: int, start: int, end: int, kind: str, ranks: l
     bins = list(range(lo, hi + 1))
     frac = []
     for i in ids:
-        busy = dict.fromkeys(bins, 0)
+        row = [0.0] * len(bins)
         if i is not None and bins:
-            table = p.tiles(used, p.origin_ns + lo * width, p.origin_ns + (hi + 1) * width,
-                            [i])[0].table.to_pydict()
+            (tile,) = p.tiles(used, p.origin_ns + lo * width, p.origin_ns + (hi + 1) * width,
+                              [i])
+            busy: dict[int, int] = {}
+            table = tile.table.to_pydict()
             for b, ns in zip(table["bin"], table["busy_ns"], strict=True):
-                if b in busy:  # an empty window (hi < lo) still has a tile bin
-                    busy[b] += ns
-        frac.append([min(busy[b] / width, 1.0) for b in bins])
+                busy[b] = busy.get(b, 0) + ns
+            for k, b in enumerate(bins):  # the tile bin holding the start of bin b
+                own = (b * width) // tile.bin_ns
+                row[k] = min(busy.get(own, 0) / tile.bin_ns, 1.0)
+        frac.append(row)
     n = len(ranks)
     g = max(1, min(groups, n))
     sizes = [n // g + (1 if k < n % g else 0) for k in range(g)]

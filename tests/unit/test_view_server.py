@@ -26,6 +26,7 @@ from traceatlas.testing import TraceBuilder
 from traceatlas.testing.builder import write_multi_rank
 from traceatlas.view import levels, security
 from traceatlas.view.app import create_app
+from traceatlas.view.pyramid_types import TrackInfo, TrackTiles
 
 BASE = 1_700_000_000_000_000_000
 LONG_NAME = "void kLong<" + "float, " * 60 + "int>()"
@@ -53,30 +54,6 @@ def build_store(tmp: Path) -> Path:
     return traceatlas.ingest([str(p) for p in paths], tmp / "store")
 
 
-@dataclasses.dataclass
-class FakeTrack:
-    id: int
-    rank: int
-    track_id: int | None
-    name: str
-    kind: str
-    device: int
-    stream: int
-    events: int
-    max_depth: int
-    finest_level: int
-    series: list[str]
-
-
-@dataclasses.dataclass
-class FakeTiles:
-    id: int
-    level: int
-    bin_ns: int
-    raw: bool
-    table: pa.Table
-
-
 class FakePyramid:
     """The contract's query API with fixed answers; records the calls it gets."""
 
@@ -84,12 +61,12 @@ class FakePyramid:
         rows = pa.concat_tables(pq.read_table(p) for p in table_parts(store, "tracks"))
         ordered = sorted(rows.to_pylist(), key=lambda t: (t["rank"], KIND_ORDER[t["kind"]],
                                                            t["track_id"]))
-        self.tracks: list[FakeTrack] = []
+        self.tracks: list[TrackInfo] = []
         for rank in sorted({t["rank"] for t in ordered}):
-            self.tracks.append(FakeTrack(len(self.tracks), rank, None, f"rank {rank} GPU",
+            self.tracks.append(TrackInfo(len(self.tracks), rank, None, f"rank {rank} GPU",
                                          "rank_device", -1, -1, 0, 0, 3, []))
             for t in (t for t in ordered if t["rank"] == rank):
-                self.tracks.append(FakeTrack(len(self.tracks), rank, t["track_id"],
+                self.tracks.append(TrackInfo(len(self.tracks), rank, t["track_id"],
                                              t["name"] or "", t["kind"], t["device"],
                                              t["stream"], 1, 0, 0, []))
         self.names = ["kA", "sgemm_kB", "unused"]
@@ -103,22 +80,22 @@ class FakePyramid:
                 "ranks": [0, 1], "categories": self.categories, "tracks": len(self.tracks),
                 "build_s": 0.0, "bytes": 0}
 
-    def tiles(self, level: int, start: int, end: int, ids: list[int]) -> list[FakeTiles]:
+    def tiles(self, level: int, start: int, end: int, ids: list[int]) -> list[TrackTiles]:
         self.calls.append(("tiles", level, start, end, list(ids)))
         table = pa.table({"bin": pa.array([0, 1], pa.int64()), "cat": pa.array([5, 5], pa.int8()),
                           "busy_ns": pa.array([1000, 24], pa.int64()),
                           "count": pa.array([1, 2], pa.int64()),
                           "name": pa.array([0, 1], pa.int32())})
-        return [FakeTiles(i, max(level, 1), levels.bin_ns(max(level, 1)), level < 1, table)
+        return [TrackTiles(i, max(level, 1), levels.bin_ns(max(level, 1)), level < 1, table)
                 for i in ids]
 
     def counter_tiles(self, level: int, start: int, end: int, ids: list[int]
-                      ) -> list[FakeTiles]:
+                      ) -> list[TrackTiles]:
         self.calls.append(("counters", level, start, end, list(ids)))
         table = pa.table({"bin": pa.array([3], pa.int64()), "series": pa.array([0], pa.int32()),
                           "min": [1.0], "mean": [1.5], "max": [2.0],
                           "count": pa.array([2], pa.int64())})
-        return [FakeTiles(i, level, levels.bin_ns(level), False, table) for i in ids]
+        return [TrackTiles(i, level, levels.bin_ns(level), False, table) for i in ids]
 
     def rows(self, level: int, start: int, end: int, kind: str, ranks: list[int],
              groups: int) -> list[dict[str, Any]]:

@@ -86,29 +86,29 @@ def _track_obj(track: Any) -> Any:
     return dict(track)
 
 
-def _level_window(ctx: Context, query: dict[str, str]) -> tuple[int, int, int, list[int]]:
-    level = get_int(query, "level", lo=0, hi=levels.MAX_LEVEL)
-    start, end = get_window(query)
-    check_bins(start, end, levels.bin_ns(level))
-    return level, start, end, get_ids(query, ctx.n_tracks)
-
-
 def tiles(ctx: Context, request: Request) -> Response:
     """Interval bins of ``tracks`` at ``level`` over ``[start_ns, end_ns]``."""
-    query = query_of(request)
-    fmt = get_choice(query, "format", ("json", "arrow"), "json")
-    level, start, end, ids = _level_window(ctx, query)
-    found = ctx.pyramid.tiles(level, start, end, ids)
-    return _tiles_response(ctx, level, found, fmt, counters=False)
+    return _binned(ctx, request, counters=False)
 
 
 def counters(ctx: Context, request: Request) -> Response:
     """Counter bins (min/mean/max per series) of ``tracks`` at ``level``."""
+    return _binned(ctx, request, counters=True)
+
+
+def _binned(ctx: Context, request: Request, *, counters: bool) -> Response:
+    """``/api/tiles`` or ``/api/counters``: parameters checked (at most ``MAX_BINS`` bins
+    per track, ``MAX_ROW_CELLS`` tracks x bins), the pyramid's answer encoded."""
     query = query_of(request)
     fmt = get_choice(query, "format", ("json", "arrow"), "json")
-    level, start, end, ids = _level_window(ctx, query)
-    found = ctx.pyramid.counter_tiles(level, start, end, ids)
-    return _tiles_response(ctx, level, found, fmt, counters=True)
+    level = get_int(query, "level", lo=0, hi=levels.MAX_LEVEL)
+    start, end = get_window(query)
+    width = levels.bin_ns(level)
+    check_bins(start, end, width)
+    ids = get_ids(query, ctx.n_tracks)
+    check_cells(len(ids), start, end, width, "tracks")
+    get = ctx.pyramid.counter_tiles if counters else ctx.pyramid.tiles
+    return _tiles_response(ctx, level, get(level, start, end, ids), fmt, counters=counters)
 
 
 def _envelope(ctx: Context, level: int) -> dict[str, Any]:

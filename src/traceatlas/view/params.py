@@ -16,8 +16,9 @@ MAX_BINS = 100_000
 MAX_GROUPS = 4096
 """Rank groups one ``/api/rows`` request may ask for."""
 MAX_ROW_CELLS = 4_000_000
-"""Cells (rank groups x bins) of one ``/api/rows`` answer: its three float arrays and
-their JSON stay within about 200 MB (the front-end asks for well under 1 M)."""
+"""Cells (rank groups, or tracks, x bins of the requested level) of one ``/api/rows``,
+``/api/tiles`` or ``/api/counters`` request: its arrays and their JSON stay within about
+200 MB (the front-end asks for well under 1 M)."""
 DEFAULT_LIMIT = 20_000
 MAX_LIMIT = 200_000
 MAX_TEXT = 200
@@ -121,13 +122,15 @@ def check_bins(start_ns: int, end_ns: int, bin_ns: int) -> None:
                          f"(at most {MAX_BINS:,}; ask for a coarser level)")
 
 
-def check_cells(groups: int, start_ns: int, end_ns: int, bin_ns: int) -> None:
-    """An error when ``groups`` rank groups x the bins of ``[start_ns, end_ns]`` exceed
-    ``MAX_ROW_CELLS``."""
-    cells = groups * ((end_ns - start_ns) // bin_ns + 1)
+def check_cells(rows: int, start_ns: int, end_ns: int, bin_ns: int,
+                name: str = "groups") -> None:
+    """An error naming parameter ``name`` when ``rows`` (rank groups of ``/api/rows``,
+    tracks of ``/api/tiles`` and ``/api/counters``) x the bins of ``[start_ns, end_ns]``
+    exceed ``MAX_ROW_CELLS``."""
+    cells = rows * ((end_ns - start_ns) // bin_ns + 1)
     if cells > MAX_ROW_CELLS:
-        raise InputError("groups", f"{groups:,} groups x the window's bins = {cells:,} cells "
-                         f"(at most {MAX_ROW_CELLS:,}; ask fewer groups or a coarser level)")
+        raise InputError(name, f"{rows:,} {name} x the window's bins = {cells:,} cells "
+                         f"(at most {MAX_ROW_CELLS:,}; ask fewer {name} or a coarser level)")
 
 
 def get_choice(query: Mapping[str, str], name: str, choices: Sequence[str],

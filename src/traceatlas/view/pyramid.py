@@ -5,7 +5,8 @@ its ``manifest.json`` bytes (a rewritten store gets a new pyramid; nothing is ev
 inside the user's store). Built in an owner-tagged temporary sibling, renamed into place
 under the cache's ``flock``; other keys of the same store path are removed then.
 Levels: ``view/levels.py``; build: ``pyramid_build.py``; flattened-timeline rule:
-``pyramid_bins.py``; ``rows`` over many ranks: ``pyramid_dense.py``. Level files are
+``pyramid_bins.py``; ``rows``: ``pyramid_rows.py`` (sparse files, blocks of ranks)
+and ``pyramid_dense.py`` (dense matrices of the coarse levels). Level files are
 memory-mapped; past ``RESIDENT_BYTES`` of mapped pages in this process they are dropped
 (``LevelFiles.trim``), so a long-running server's resident memory stays bounded. All
 times are absolute ns.
@@ -42,13 +43,13 @@ from traceatlas.view.pyramid_dense import DenseRows
 from traceatlas.view.pyramid_query import (
     LevelFiles,
     bin_range,
-    busy_matrix,
     cast_batches,
     check_bins,
     check_window,
     group_sizes,
-    group_stats,
 )
+from traceatlas.view.pyramid_rows import answer_level
+from traceatlas.view.pyramid_rows import group_stats as sparse_group_stats
 from traceatlas.view.pyramid_types import TrackInfo, TrackTiles
 
 if TYPE_CHECKING:
@@ -145,39 +146,43 @@ class Pyramid:
              groups: int) -> list[dict[str, Any]]:
         """Busy fraction (0..1) of the ``kind`` row (rank_device | rank_host) of ``ranks``,
         split into ``groups`` consecutive groups: per group ``ranks`` [first, last], ``bin``,
-        ``mean``, ``min``, ``max`` per bin, plus the ``level`` and ``bin_ns`` used (the
-        coarsest finest level of the ranks' rows when that is coarser than ``level``)."""
+        ``mean``, ``min``, ``max`` per bin, plus the ``level`` and ``bin_ns`` used:
+        ``level``, or the finest level at which at least half of the ranks' rows are
+        stored when coarser (``pyramid_rows.answer_level``); a rank stored only coarser
+        gives each finer bin the fraction of the coarse bin holding it."""
         check_window(level, start_ns, end_ns)
         if kind not in ROW_KINDS:
             raise QueryError(f"kind must be one of {', '.join(ROW_KINDS)}, not {kind!r}")
         if not isinstance(groups, int) or groups < 1:
             raise QueryError(f"groups must be a positive integer, not {groups!r}")
+        if not ranks:
+            return []
         ids = [self._rows.get((r, kind)) for r in ranks]
-        used = max([level, *(self.tracks[i].finest_level for i in ids if i is not None)])
-        used = min(used, self.top)
+        finest = [self.tracks[i].finest_level if i is not None else level for i in ids]
+        stored = [f for f, i in zip(finest, ids, strict=True) if i is not None]
+        used = answer_level(level, stored, self.top)
         lo, hi = bin_range(used, start_ns, end_ns, self.origin_ns)
         last = (max(self.end_ns - 1, self.origin_ns) - self.origin_ns) >> (10 + 2 * used)
         lo, hi = max(lo, 0), min(hi, last)
+        check_bins(used, lo, hi)
         width = lv.bin_ns(used)
-        bins = list(range(lo, hi + 1))
+        starts, sizes = group_sizes(len(ranks), groups)
         dense = self._dense[kind]
-        if dense.has(used) and ranks:
-            starts, sizes = group_sizes(len(ranks), groups)
-            check_bins(used, lo, hi)
+        if dense.has(used) and all(f <= used for f in stored):
             pos = np.searchsorted(self._rank_array, np.asarray(ranks, dtype=np.int64))
             pos = np.minimum(pos, len(self._rank_array) - 1)
             columns = np.where(self._rank_array[pos] == ranks, pos, -1)
             sums, low, high = dense.group_stats(used, lo, hi, columns, starts, width)
-            mean = sums / sizes[:, None]
-            stats = [(int(starts[g]), int(starts[g] + sizes[g] - 1), mean[g], low[g], high[g])
-                     for g in range(len(starts))]
         else:
-            fraction = np.minimum(busy_matrix(self._bins, used, ids, lo, hi) / width, 1.0)
-            stats = group_stats(fraction, groups)
+            sums, low, high = sparse_group_stats(self._bins, used, ids, finest, lo, hi,
+                                                 starts, sizes)
             self._bound_resident()
-        return [{"ranks": [ranks[a], ranks[b]], "bin": bins, "mean": mean.tolist(),
-                 "min": low.tolist(), "max": high.tolist(), "level": used, "bin_ns": width}
-                for a, b, mean, low, high in stats]
+        mean = sums / sizes[:, None]
+        bins = list(range(lo, hi + 1))
+        return [{"ranks": [ranks[int(a)], ranks[int(a + n - 1)]], "bin": bins,
+                 "mean": mean[g].tolist(), "min": low[g].tolist(), "max": high[g].tolist(),
+                 "level": used, "bin_ns": width}
+                for g, (a, n) in enumerate(zip(starts, sizes, strict=True))]
 
 
 def pyramid_key(store: Path) -> str:

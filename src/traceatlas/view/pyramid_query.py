@@ -237,21 +237,3 @@ def group_sizes(n: int, groups: int) -> tuple[np.ndarray[Any, Any], np.ndarray[A
     sizes = np.full(groups, n // groups, dtype=np.int64)
     sizes[: n % groups] += 1
     return np.cumsum(sizes) - sizes, sizes
-
-
-def group_stats(fraction: np.ndarray[Any, np.dtype[np.float64]], groups: int
-                ) -> list[tuple[int, int, np.ndarray[Any, Any], np.ndarray[Any, Any],
-                                np.ndarray[Any, Any]]]:
-    """Split the rows of ``fraction`` into ``groups`` consecutive groups (as equal as
-    possible): per group (first row, last row, mean, min, max over its rows, per bin)."""
-    n = fraction.shape[0]
-    if n == 0:
-        return []
-    starts, sizes = group_sizes(n, groups)
-    groups = len(starts)
-    sums = np.add.reduceat(fraction, starts, axis=0)
-    low = np.minimum.reduceat(fraction, starts, axis=0)
-    high = np.maximum.reduceat(fraction, starts, axis=0)
-    mean = sums / sizes[:, None]
-    return [(int(starts[g]), int(starts[g] + sizes[g] - 1), mean[g], low[g], high[g])
-            for g in range(groups)]
