@@ -86,7 +86,9 @@ class LocalEngine(Engine):
 
 def _end_workers(pool: ProcessPoolExecutor | None) -> None:
     """Cancel queued work and end the running workers: SIGTERM (they unwind), SIGKILL
-    after the grace period; then sweep the staging files killed workers left."""
+    after the grace period; then sweep the staging files ended workers left (also after a
+    clean unwind: a signal landing between a worker's ``mkstemp`` and its ``try`` leaves
+    the file behind, which the CI's group-SIGTERM test caught once)."""
     if pool is None:
         return
     with signals.deferred():
@@ -98,11 +100,8 @@ def _end_workers(pool: ProcessPoolExecutor | None) -> None:
         deadline = time.monotonic() + TERMINATE_GRACE_S
         for p in procs:
             p.join(max(0.0, deadline - time.monotonic()))
-        killed = False
         for p in procs:
             if p.is_alive():
                 p.kill()
                 p.join()
-                killed = True
-        if killed:
-            tempfiles.sweep_staging()
+        tempfiles.sweep_staging()  # owners reaped above: their pids are no longer alive
