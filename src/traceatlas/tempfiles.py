@@ -61,6 +61,17 @@ def sibling(target: Path, kind: str) -> Path:
     return target.parent / f".{target.name}.{kind}-{owner_tag()}-{uuid.uuid4().hex[:8]}"
 
 
+def write_text_atomic(target: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) beside ``target``, then rename it into place: no half-written
+    file, and the temporary is removed whatever happens."""
+    tmp = sibling(target, "tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def replaceable_file(out: Path, *, hint: str = "choose another -o") -> Path:
     """The file an atomic write to ``out`` may replace (symlinks followed, so a link is
     never swapped for a copy). A directory, device, FIFO or socket is refused: renaming a

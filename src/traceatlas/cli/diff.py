@@ -8,7 +8,6 @@ Exit codes: 0 no rule violated (or none given), 1 a rule violated by a significa
 from __future__ import annotations
 
 import io
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -24,7 +23,7 @@ from traceatlas.cli.outputs import refuse_inputs
 from traceatlas.compare.summary import read_summary, summarize
 from traceatlas.errors import InputError
 from traceatlas.literal import literal
-from traceatlas.tempfiles import replaceable_file, sibling
+from traceatlas.tempfiles import replaceable_file, write_text_atomic
 
 if TYPE_CHECKING:
     from traceatlas.compare.diff import DiffResult
@@ -90,7 +89,7 @@ def diff_command(
         sys.stdout.write(text)
     else:
         with writing(out):
-            _write_atomic(replaceable_file(out), text)
+            write_text_atomic(replaceable_file(out), text)
         output.say(f"wrote {out}")
         output.say(diff_format.verdict_line(result))
     if result.violations:
@@ -108,15 +107,6 @@ def _render(result: DiffResult, fmt: str) -> str:
         return diff_format.to_junit(result)
     return _table_text(result)
 
-
-def _write_atomic(target: Path, text: str) -> None:
-    """Write ``text`` beside ``target``, then rename it into place."""
-    tmp = sibling(target, "tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _cell(value: str) -> Text:

@@ -7,7 +7,6 @@ Registered on the ``app`` of ``traceatlas.cli.main`` when that module is importe
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from traceatlas.cli.outputs import refuse_inputs
 from traceatlas.report import data as report_data
 from traceatlas.report import html, terminal
 from traceatlas.store.cache import cache_root
-from traceatlas.tempfiles import replaceable_file, sibling, staging_prefix
+from traceatlas.tempfiles import replaceable_file, staging_prefix, write_text_atomic
 
 REPO_SAMPLE = Path(traceatlas.__file__).resolve().parents[2] / "examples" / "sample_trace"
 """The sample in a source checkout (``examples/sample_trace``); absent from a wheel."""
@@ -48,18 +47,9 @@ def _report(paths: list[Path], out: Path | None, fmt: str, engine: str) -> None:
                             no_wrap=True, soft_wrap=False)
     if out is not None:
         with writing(out):
-            _write_atomic(replaceable_file(out), html.render(data))
+            write_text_atomic(replaceable_file(out), html.render(data))
         output.stderr.print(f"wrote {out}", highlight=False)
 
-
-def _write_atomic(target: Path, text: str) -> None:
-    """Write ``text`` beside ``target``, then rename it into place (no half-written file)."""
-    tmp = sibling(target, "tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 OutOpt = Annotated[Path | None, typer.Option(
