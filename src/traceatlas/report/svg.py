@@ -232,3 +232,76 @@ def line_chart(series: Sequence[tuple[str, Sequence[float], Sequence[float]]], t
     body += _x_axis(left, plot_w, top + plot_h,
                     [(t / (x1 - x0), f"{x0 + t:g}") for t in step], x_label)
     return _svg(width, height, body, title)
+
+
+def run_chart(values: Sequence[float | None], title: str, *, fraction: bool = False,
+              marks: Sequence[bool] = (), band: tuple[Sequence[float | None],
+                                                      Sequence[float | None]] | None = None,
+              notes: Sequence[str] = (), width: int = 360, height: int = 170) -> str:
+    """One small line chart of a figure over runs 1..n (x = run number): ``values`` in ns
+    (or 0..1 with ``fraction``), None where a run lacks the figure (the line breaks);
+    ``marks``: runs drawn as a red ring (change points); ``band``: (low, high) per run
+    shaded; ``notes``: per-run hover text."""
+    left, top, bottom = 48, 10, 34
+    plot_w, plot_h = width - left - 14, height - top - bottom
+    n = len(values)
+    known = [v for v in values if v is not None]
+    highs = [v for v in (band[1] if band else []) if v is not None]
+    if not known:
+        return _svg(width, height, [_text(width / 2, height / 2, "no data", "middle")], title)
+    if fraction:
+        unit, scale, yticks = "", 1.0, [0.0, 0.25, 0.5, 0.75, 1.0]
+    else:
+        unit, scale = time_unit(max(known + highs))
+        yticks = nice_ticks(max(known + highs) / scale, 4)
+    ytop = yticks[-1] * scale or 1.0
+
+    def px(i: int) -> float:
+        return left + (plot_w * i / (n - 1) if n > 1 else plot_w / 2)
+
+    def py(y: float) -> float:
+        return top + plot_h * (1 - y / ytop)
+
+    body = []
+    for t in yticks:
+        body.append(f'<line x1="{left}" y1="{py(t * scale):.1f}" x2="{left + plot_w}" '
+                    f'y2="{py(t * scale):.1f}" class="gridline"/>')
+        body.append(_text(left - 4, py(t * scale) + 4, f"{t:g}", "end"))
+    if unit:
+        body.append(f'<text transform="translate(12 {top + plot_h / 2:.0f}) rotate(-90)" '
+                    f'text-anchor="middle" class="axlbl">{escape(unit)}</text>')
+    if band is not None:
+        for i in range(n - 1):
+            lo0, hi0, lo1, hi1 = band[0][i], band[1][i], band[0][i + 1], band[1][i + 1]
+            if None in (lo0, hi0, lo1, hi1):
+                continue
+            pts = (f"{px(i):.1f},{py(hi0 or 0):.1f} {px(i + 1):.1f},{py(hi1 or 0):.1f} "
+                   f"{px(i + 1):.1f},{py(lo1 or 0):.1f} {px(i):.1f},{py(lo0 or 0):.1f}")
+            body.append(f'<polygon points="{pts}" fill="{PALETTE[0]}" opacity="0.15"/>')
+    runs: list[list[int]] = [[]]
+    for i, v in enumerate(values):
+        if v is None:
+            runs.append([])
+        else:
+            runs[-1].append(i)
+    for part in runs:
+        if len(part) > 1:
+            line = " ".join(f"{px(i):.1f},{py(values[i] or 0):.1f}" for i in part)
+            body.append(f'<polyline points="{line}" fill="none" stroke="{PALETTE[0]}" '
+                        f'stroke-width="1.6"/>')
+    for i, v in enumerate(values):
+        if v is None:
+            continue
+        shown = f"{v:.3f}" if fraction else fmt_ns(v)
+        tip = f"run {i + 1}: {shown}" + (f" {notes[i]}" if i < len(notes) and notes[i] else "")
+        marked = i < len(marks) and marks[i]
+        if marked:
+            body.append(f'<circle cx="{px(i):.1f}" cy="{py(v):.1f}" r="6" fill="none" '
+                        f'stroke="#d64545" stroke-width="2" class="change-point"/>')
+        body.append(f'<circle cx="{px(i):.1f}" cy="{py(v):.1f}" r="2.6" '
+                    f'fill="{"#d64545" if marked else PALETTE[0]}"><title>{escape(tip)}'
+                    f"</title></circle>")
+    every = max(1, math.ceil(n / 12))
+    ticks = [((i / (n - 1)) if n > 1 else 0.5, str(i + 1)) for i in range(0, n, every)]
+    body += _x_axis(left, plot_w, top + plot_h, ticks, "run")
+    return _svg(width, height, body, title)
