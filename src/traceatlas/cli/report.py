@@ -11,7 +11,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -19,6 +19,7 @@ import traceatlas
 from traceatlas.cli import output
 from traceatlas.cli.main import EngineOpt, _check_format, _guard, app, writing
 from traceatlas.cli.outputs import refuse_inputs
+from traceatlas.errors import InputError
 from traceatlas.report import data as report_data
 from traceatlas.report import html, terminal
 from traceatlas.store.cache import cache_root
@@ -33,12 +34,34 @@ def _open_run(path: Path, engine: str) -> traceatlas.Trace:
         return traceatlas.open(str(path), engine=engine, progress=bar)
 
 
-def _report(paths: list[Path], out: Path | None, fmt: str, engine: str) -> None:
+def _baseline_summary(path: Path, engine: str) -> dict[str, Any]:
+    """The baseline as ``diff`` accepts it: a summary file as is, a trace or a store
+    summarised (``InputError`` naming it when it is none of these)."""
+    from traceatlas.compare.diff import is_summary_file
+    from traceatlas.compare.summary import read_summary, summarize
+
+    if is_summary_file(path):
+        return read_summary(path)
+    if not path.exists():
+        raise InputError(path, "no such file or directory (the --baseline run)")
+    return summarize(_open_run(path, engine))
+
+
+def _report(paths: list[Path], out: Path | None, fmt: str, engine: str,
+            baseline: Path | None = None) -> None:
+    if baseline is not None and len(paths) != 1:
+        raise InputError("--baseline", f"compares one run with its baseline; got {len(paths)} "
+                         "runs")
     if out is not None:  # a regular file may be replaced; a directory, device, input never
         replaceable_file(out, hint="-o names the HTML file to write")
-        refuse_inputs(out, paths)
+        refuse_inputs(out, paths + ([baseline] if baseline is not None else []))
+    base = None if baseline is None else _baseline_summary(baseline, engine)  # fails first
     runs = [(str(p), _open_run(p, engine)) for p in paths]
     data = report_data.build(runs)
+    if baseline is not None and base is not None:
+        from traceatlas.report.baseline import compare
+
+        data.baseline = compare(str(baseline), base, runs[0][1])
     if fmt == "json":
         sys.stdout.write(json.dumps(data.to_dict()) + "\n")
     else:
@@ -66,10 +89,13 @@ def report_command(
     out: OutOpt = None,
     fmt: ReportFormatOpt = "table",
     engine: EngineOpt = "local",
+    baseline: Annotated[Path | None, typer.Option(
+        "--baseline", help="Compare the run with this baseline (a trace, a store or a "
+        "`traceatlas summary` file, as `diff` accepts): regressions first.")] = None,
 ) -> None:
     """The answer: efficiency tree and top findings here, plots with -o report.html."""
     _check_format(fmt, ("table", "json"))
-    _report(paths, out, fmt, engine)
+    _report(paths, out, fmt, engine, baseline)
 
 
 @app.command("demo")

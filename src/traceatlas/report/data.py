@@ -17,6 +17,7 @@ from traceatlas._version import __version__
 from traceatlas.analysis.efficiency_labels import description, metric_label
 from traceatlas.errors import TraceAtlasError
 from traceatlas.report import compare, overview
+from traceatlas.report.baseline import BaselineDiff
 from traceatlas.report.results import Results, Unavailable
 
 if TYPE_CHECKING:
@@ -150,6 +151,8 @@ class ReportData:
     missing: dict[str, str] = field(default_factory=dict)
     runs_mode: str = ""
     comparison: list[compare.Row] = field(default_factory=list)
+    baseline: BaselineDiff | None = None
+    """``report --baseline``: the diff against the baseline (its JSON document kept whole)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (the ``--format json`` output)."""

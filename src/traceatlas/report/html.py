@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from traceatlas.advisor.causes import cause_words
 from traceatlas.advisor.view_link import view_url
 from traceatlas.names import display_name
-from traceatlas.report import compare, svg
+from traceatlas.report import baseline, compare, svg
 from traceatlas.report.terminal import FAIR, GOOD, metric_label, ordered, ranks_text
 
 if TYPE_CHECKING:
@@ -36,6 +36,8 @@ def render(data: ReportData) -> str:
     """The whole HTML document."""
     names = ", ".join(r.name for r in data.runs)
     body = [f"<header><h1>traceatlas report</h1><p>{escape(names)}</p></header><main>"]
+    if data.baseline is not None:
+        body.append(baseline.html_section(data.baseline))
     if len(data.runs) > 1:
         body.append(_scalability(data))
     for i, run in enumerate(data.runs):

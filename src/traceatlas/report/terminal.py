@@ -15,7 +15,7 @@ from rich.text import Text
 
 from traceatlas.advisor.causes import cause_words
 from traceatlas.literal import literal
-from traceatlas.report import compare
+from traceatlas.report import baseline, compare
 from traceatlas.report.svg import fmt_ns
 
 if TYPE_CHECKING:
@@ -151,6 +151,10 @@ def renderable(data: ReportData, max_lines: int = MAX_LINES, *,
     ``html_hint``: end with how to get the HTML report (off when it is being written)."""
     parts: list[RenderableType] = []
     budget = max_lines - 2
+    if data.baseline is not None:
+        lines = baseline.terminal_lines(data.baseline)
+        parts += lines
+        budget -= len(lines)
     if len(data.runs) > 1:
         if "scalability" in data.missing:
             parts.append(Text("scalability: not available: "
