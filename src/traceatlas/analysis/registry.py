@@ -39,6 +39,7 @@ ANALYSES: Mapping[str, str] = {
     "phases": "traceatlas.analysis.phases:Phases",
     "efficiency": "traceatlas.analysis.efficiency:Efficiency",
     "advisor": "traceatlas.analysis.advisor:Advisor",
+    "tree": "traceatlas.analysis.tree:Tree",
 }
 """Analysis name -> ``module:Class``; imported lazily."""
 
