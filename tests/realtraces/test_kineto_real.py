@@ -15,8 +15,9 @@ Expectations, per file:
 * every interval has ``end_ns >= start_ns``; the rank is ``distributedInfo.rank`` when
   the file has one (otherwise a DataQualityWarning says the rank was inferred).
 
-Files that are not profiler traces (Chakra execution traces ``*_et.json.gz`` and HTA's
-``memory_timeline.raw.gz``) must be rejected with UnsupportedFormatError / CLI exit 2.
+Files that are not profiler traces (Chakra execution traces ``*_et.json.gz``) must be
+rejected with UnsupportedFormatError / CLI exit 2 (HTA's ``memory_timeline.raw.gz`` is
+read by its own reader: ``test_memory_readers_real.py``).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def _non_profiler_files() -> list[str]:
     found = [*(TRACES / "hta").rglob("*_et.json.gz"), *(TRACES / "param-et_replay").glob(
         "*_et.json.gz"
     )]
-    found.append(TRACES / "hta" / "memory_analysis" / "memory_timeline.raw.gz")
+    # memory_timeline.raw.gz has its own reader (io/memory_timeline.py, issue 19)
     return sorted(str(p.relative_to(TRACES)) for p in found if p.is_file())
 
 
@@ -201,7 +202,7 @@ def test_every_source_group_is_found(traces_dir: Path) -> None:
     for prefix, minimum in groups.items():
         n = sum(1 for f in KINETO_FILES if f.startswith(prefix))
         assert n >= minimum, f"{prefix}: {n} Kineto files found, expected >= {minimum}"
-    assert len(NON_PROFILER_FILES) >= 4
+    assert len(NON_PROFILER_FILES) >= 3  # Chakra ETs (the memory timeline has a reader)
 
 
 @pytest.mark.parametrize("rel", KINETO_FILES or _MISSING)

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceatlas.errors import DataQualityWarning
+from traceatlas.io import kineto_memory
 from traceatlas.model.categories import (
     COMM_KERNEL_RE,
     KINETO_CATEGORIES,
@@ -40,7 +41,8 @@ _ON_TRACK = "ev.pid = trk.pid AND ev.tid = trk.tid"
 def build_tables(
     con: duckdb.DuckDBPyConnection, complete: pa.Table, rest: pa.Table, display: str
 ) -> dict[str, pa.Table]:
-    """Tracks, intervals, instants, counters, flows (and empty messages).
+    """Tracks, intervals, instants, counters, flows (and empty messages); ``[memory]``
+    instants also become memory counter tracks (``kineto_memory``).
 
     ``complete`` holds the complete events (ph X with ts and dur), ``rest`` all others.
     """
@@ -66,11 +68,13 @@ def build_tables(
     tracks, track_map = _tracks(con, names)
     con.unregister("xv")
     con.register("trk", track_map)
+    mem_tracks, mem_counters = kineto_memory.memory_counters(
+        con, rest, tracks.num_rows, display)
     return {
-        "tracks": tracks,
+        "tracks": pa.concat_tables([tracks, mem_tracks]),
         "intervals": _intervals(xv, track_map),
         "instants": _instants(con),
-        "counters": _counters(con, display),
+        "counters": pa.concat_tables([_counters(con, display), mem_counters]),
         "flows": _flows(con),
         "messages": empty_table("messages").drop_columns(["rank"]),
     }

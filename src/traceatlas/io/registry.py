@@ -32,6 +32,8 @@ class Reader(Protocol):
 
 
 READERS: Mapping[str, str] = {
+    # before kineto, whose sniff takes any JSON array or object
+    "memory-timeline": "traceatlas.io.memory_timeline:MemoryTimelineReader",
     "kineto": "traceatlas.io.kineto:KinetoReader",
     "nsys": "traceatlas.io.nsys:NsysReader",
     "nsys-nvtx-csv": "traceatlas.io.nsys_nvtx_csv:NsysNvtxCsvReader",
