@@ -14,7 +14,7 @@ from traceatlas.cli import output
 from traceatlas.cli.main import EngineOpt, _guard, _open, app, writing
 from traceatlas.cli.outputs import refuse_inputs
 from traceatlas.errors import InputError
-from traceatlas.export.registry import EXPORTERS, get_exporter
+from traceatlas.export.registry import EXPORTERS, export_params, get_exporter
 from traceatlas.model.schema import CATEGORIES
 from traceatlas.model.trace import Trace
 from traceatlas.ops.filter_store import filter_store
@@ -40,10 +40,14 @@ def export(
     split_ranks: Annotated[bool, typer.Option(
         "--split-ranks", help="chrome: one rank-<r>.json.gz per rank in the directory OUT "
         "(without it, OUT must not be a directory)")] = False,
+    param: Annotated[list[str] | None, typer.Option(
+        "--param", "-p", help="KEY=VALUE for the format, e.g. folded: value=host|device")
+    ] = None,
     engine: EngineOpt = "local",
 ) -> None:
-    """Write a trace in another tool's format: chrome (Perfetto JSON; gzip if OUT ends .gz), paraver."""  # noqa: E501
+    """Write a trace in another tool's format: chrome (Perfetto JSON; gzip if OUT ends .gz), paraver, folded, speedscope."""  # noqa: E501
     exporter = get_exporter(to)
+    options = export_params(to, exporter, param or [])
     if not split_ranks and out.is_dir():  # a file may be overwritten, a directory never
         raise InputError(out, "is a directory; choose another -o" + (
             " (or --split-ranks to write one file per rank into it)" if to == "chrome" else ""))
@@ -58,7 +62,7 @@ def export(
             files = exporter.write(trace, out, split_ranks=True)
     else:
         with writing(out):
-            files = exporter.write(trace, out)
+            files = getattr(exporter, "write")(trace, out, **options)  # noqa: B009
     output.say(f"wrote {len(files)} file(s): {', '.join(map(str, files))}")
 
 

@@ -30,6 +30,8 @@ class Exporter(Protocol):
 EXPORTERS: Mapping[str, str] = {
     "chrome": "traceatlas.export.chrome:ChromeExporter",
     "paraver": "traceatlas.export.paraver:ParaverExporter",
+    "folded": "traceatlas.export.folded:FoldedExporter",
+    "speedscope": "traceatlas.export.speedscope:SpeedscopeExporter",
 }
 """Format name -> ``module:Class``."""
 
@@ -42,3 +44,20 @@ def get_exporter(name: str) -> Exporter:
     cls = getattr(importlib.import_module(module_name), cls_name)
     exporter: Exporter = cls()
     return exporter
+
+
+def export_params(name: str, exporter: Exporter, given: list[str]) -> dict[str, str]:
+    """``-p KEY=VALUE`` texts checked against the exporter's ``params`` (name -> choices)."""
+    known: Mapping[str, tuple[str, ...]] = getattr(exporter, "params", {})
+    out: dict[str, str] = {}
+    for text in given:
+        key, sep, value = text.partition("=")
+        if not sep or key not in known:
+            listed = ", ".join(known) or "none"
+            raise InputError(f"--param {text}", f"{name} export parameters: {listed} "
+                             "(KEY=VALUE)")
+        if value not in known[key]:
+            raise InputError(f"--param {key}", f"{value!r} is not one of "
+                             f"{', '.join(known[key])}")
+        out[key] = value
+    return out
