@@ -110,7 +110,7 @@ def _table_text(result: TrendResult) -> str:
     for f in result.figures:
         cells = [Text(literal(tf.cell_text(f, p)), style="bold red" if p.change_point else "")
                  for p in f.points]
-        table.add_row(_cell(tf.row_name(f)), *cells)
+        table.add_row(_cell(tf.short_name(f)), *cells)
         if f.kind == "step":
             table.add_row(_cell("step time IQR"), *map(_cell, tf.spread_cells(f)))
     console.print(table)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from traceatlas.compare.trend import Figure, Point, TrendResult
+from traceatlas.names import display_name
 from traceatlas.report.svg import fmt_ns
 
 MARK = "*"
@@ -47,6 +48,13 @@ def row_name(figure: Figure) -> str:
     if figure.kind == "step":
         return figure.label
     return f"{figure.kind} {figure.label}"
+
+
+def short_name(figure: Figure, width: int = 60) -> str:
+    """``row_name`` with the entity demangled and cut to ``width`` (``names.display_name``)."""
+    if figure.kind in ("step", "efficiency"):
+        return row_name(figure)
+    return f"{figure.kind} {display_name(figure.label, width=width)}"
 
 
 def legend(result: TrendResult) -> str:

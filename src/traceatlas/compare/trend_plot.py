@@ -45,9 +45,8 @@ def _card(cls: str, title: str, inner: str, hint: str = "") -> str:
 
 
 def _name(figure: Figure) -> str:
-    text = tf.row_name(figure)
-    return (f'<span title="{escape(text)}">'
-            f"{escape(display_name(text, width=NAME_WIDTH))}</span>")
+    return (f'<span title="{escape(tf.row_name(figure))}">'
+            f"{escape(tf.short_name(figure, NAME_WIDTH))}</span>")
 
 
 def _changes(result: TrendResult) -> str:
