@@ -39,6 +39,7 @@ ANALYSES: Mapping[str, str] = {
     "phases": "traceatlas.analysis.phases:Phases",
     "efficiency": "traceatlas.analysis.efficiency:Efficiency",
     "advisor": "traceatlas.analysis.advisor:Advisor",
+    "critical_path": "traceatlas.analysis.critical_path:CriticalPath",
     "tree": "traceatlas.analysis.tree:Tree",
 }
 """Analysis name -> ``module:Class``; imported lazily."""

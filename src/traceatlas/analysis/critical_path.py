@@ -1,0 +1,249 @@
+"""``critical_path``: the longest dependency chain through a region, within and across
+ranks, what bounds it, and what a speedup would gain (what-if).
+
+Region: the selection (``--step N``: from the step's first start on the selected ranks
+to the last end of the work starting after it, device work launched in the step
+included; ``--window``), ``region=annotation:NAME[:I]`` (the I-th instance, 0-based, by
+start over the ranks), else the whole trace. Intervals are clipped to it. The graph
+(``ops/critical_graph.py``, ``critical_syncs.py``, ``critical_ranks.py``): host threads as
+chains of their events' starts and ends, device streams, launches, synchronisations,
+collectives (every participant leaves with the last arrival) and MPI messages.
+
+Main table ``path``, one row per segment of the path in time order (consecutive pieces of
+one event with one bound merged): ``rank``, ``track_id``, ``name``, ``category`` (the
+event the time belongs to; ``(untraced)`` and null category for host time outside any
+event), ``start_ns``, ``end_ns``, ``bound``, ``on_path_ns`` (= end - start; the segments
+tile the region, their sum is its length), ``event_start_ns``, ``event_end_ns`` (the
+event's own span inside the region, to find it again; null when none). Bounds: ``cpu``
+(host time, runtime calls included), ``gpu_compute`` (kernels, copies, memsets),
+``gpu_comm`` (NCCL/RCCL kernels; for a matched collective, from the last arrival to the
+end), ``launch`` (launch call start to the activity start when the launch was the last
+constraint), ``kernel_gap`` (previous activity end to the next start on a stream when the
+stream was the last constraint), ``sync`` (from the awaited device work's end to the end
+of the waiting call, or to the waiting stream's next activity), ``data_load`` (host time
+inside a DataLoader range), ``wait`` (a participant's start to its collective's last
+arrival: 0 on the path by construction), ``comm`` (MPI calls and message transfers).
+
+Extra tables: ``by_bound`` (bound, ns, share), ``by_rank`` (rank, ns, share,
+``arrivals_last``: collective instances on the path whose last arrival was this rank),
+``dependencies`` (edge kind, edges: how many launches, syncs, collectives ... the graph
+found), ``whatif`` (with ``speedup``: speedup, factor, edges_scaled, length_before_ns,
+length_after_ns, gain_ns, gain_pct). Times in ns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from traceatlas.analysis.base import Param, Result
+from traceatlas.errors import InputError
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from traceatlas.model.trace import Trace
+    from traceatlas.ops.critical_graph import Graph
+
+PATH_COLUMNS = ("rank", "track_id", "name", "category", "start_ns", "end_ns", "bound",
+                "on_path_ns", "event_start_ns", "event_end_ns")
+
+
+class CriticalPath:
+    """Longest dependency path through a region, its bounds per rank, and what-if."""
+
+    name = "critical_path"
+    description = ("Critical path of a step, window, annotation or the trace, within and "
+                   "across ranks: what bounds it (cpu, gpu, launch, sync, comm, wait) and "
+                   "what a speedup would gain")
+    params = (
+        Param("speedup", str, "", "what-if: REGEX:FACTOR (event names), "
+              "category:NAME:FACTOR or rank:R:FACTOR; FACTOR 2 = twice as fast"),
+        Param("region", str, "", "annotation:NAME[:I] (I-th instance, 0-based); default: "
+              "the selection (--step/--window) or the whole trace"),
+    )
+    requires: tuple[str, ...] = ()
+
+    def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """Build the graph of the region, find the path, apply the what-if."""
+        import polars as pl
+
+        from traceatlas.ops import critical_solve as solve
+
+        speedup = solve.parse_speedup(params["speedup"]) if params["speedup"] else None
+        r0, r1 = _region(trace, str(params["region"]))
+        g, counts = build(trace, r0, r1)
+        notes: list[str] = []
+        if g.events.height == 0:
+            notes.append("no intervals in the region")
+        bind = solve.binding(g)
+        path = solve.path_edges(g, bind)
+        table = _path_table(g, path)
+        end = int(g.t_ns.max()) if len(g.t_ns) else g.r0
+        length = end - g.r0
+        notes.append(f"region {g.r0}..{end} ns ({length} ns); path of {table.height} segments")
+        if g.dropped:
+            notes.append(f"{g.dropped} dependencies ran backwards in time (clock skew or "
+                         "mismatched records) and were ignored")
+        if counts.get("fallback"):
+            notes.append(f"{counts['fallback']} synchronize calls without a cuda_sync "
+                         "record wait for the rank's latest-ending device work")
+        extra = {"by_bound": _by_bound(table, length),
+                 "by_rank": _by_rank(g, path, table, length),
+                 "dependencies": pl.DataFrame(
+                     {"kind": list(counts), "edges": list(counts.values())},
+                     schema={"kind": pl.String, "edges": pl.Int64})}
+        if speedup is not None:
+            before = solve.forward(g, solve.weights(g, bind, None, 1.0))
+            mask = solve.speedup_mask(g, speedup)
+            after = solve.forward(g, solve.weights(g, bind, mask, speedup.factor))
+            gain = before - after
+            extra["whatif"] = pl.DataFrame({
+                "speedup": [params["speedup"]], "factor": [speedup.factor],
+                "edges_scaled": [int(mask.sum())], "length_before_ns": [before],
+                "length_after_ns": [after], "gain_ns": [gain],
+                "gain_pct": [100.0 * gain / before if before else 0.0]})
+            if before != length:
+                notes.append(f"forward pass length {before} ns differs from the region "
+                             f"length {length} ns (dropped dependencies)")
+        return Result(table, extra=extra, notes=notes)
+
+
+def build(trace: Trace, r0: int | None, r1: int | None) -> tuple[Graph, dict[str, int]]:
+    """The graph of the region and the number of edges per dependency kind."""
+    import polars as pl
+
+    from traceatlas.ops import critical_graph as cg
+    from traceatlas.ops import critical_ranks as cr
+    from traceatlas.ops.critical_syncs import sync_edges
+
+    events, lo, hi = cg.region_events(trace.intervals, r0, r1)
+    has_mpi = bool(events.height) and bool((events["category"] == "mpi").any())
+    messages = trace.messages.collect() if has_mpi else pl.DataFrame()
+    msgs = cr.message_points(events, messages) if has_mpi else cr.message_points(
+        events, pl.DataFrame())
+    b = cg.Builder(lo, events)
+    cg.host_chains(b, cr.extra_points(msgs).with_columns(pl.all().cast(pl.Int64)))
+    dev = cg.device_streams(b)
+    dev = cg.launches(b, dev)
+    counts = sync_edges(b, dev)
+    matched, n_nccl = cr.nccl_collectives(b, dev)
+    cg.add_durations(b, matched)
+    n_mpi = cr.mpi_collectives(b)
+    n_msg = cr.message_edges(b, msgs)
+    g = b.finish(lo, hi)
+    k = g.edges["kind"]
+    out = {"launch": int((k == cg.K["launch"]).sum()),
+           "stream": int((k == cg.K["stream"]).sum()),
+           **counts, "nccl_collectives": n_nccl, "mpi_collectives": n_mpi,
+           "messages": n_msg}
+    return g, out
+
+
+def _region(trace: Trace, region: str) -> tuple[int | None, int | None]:
+    """(r0, r1) from ``region`` or the trace's selections (None: open side)."""
+    import polars as pl
+
+    if region:
+        kind, _, rest = region.partition(":")
+        if kind != "annotation" or not rest:
+            raise InputError("--param region", f"expected annotation:NAME[:I], got "
+                             f"{region[:60]!r}")
+        name, _, idx = rest.rpartition(":")
+        if not name or not idx.isdigit():
+            name, idx = rest, "0"
+        rows = (trace.intervals.filter(pl.col("name").cast(pl.String) == name)
+                .select("start_ns", "end_ns").sort("start_ns").collect())
+        i = int(idx)
+        if i >= rows.height:
+            raise InputError("--param region", f"annotation {name[:60]!r} has "
+                             f"{rows.height} instance(s); instance {i} does not exist")
+        return int(rows["start_ns"][i]), int(rows["end_ns"][i])
+    r0: int | None = None
+    r1: int | None = None
+    for sel in trace.selections:
+        if sel.step_spans:
+            r0 = min(s[1] for s in sel.step_spans)
+        if sel.window is not None:
+            w0, w1 = sel.window
+            r0 = w0 if w0 is not None else r0
+            r1 = w1 if w1 is not None else r1
+    return r0, r1
+
+
+def _path_table(g: Graph, path: np.ndarray[Any, Any]) -> pl.DataFrame:
+    import polars as pl
+
+    from traceatlas.ops.critical_graph import BOUNDS
+
+    e = g.edges
+    src, dst = e["src"][path], e["dst"][path]
+    own = e["owner"][path]
+    bound = e["bound"][path]
+    # merge consecutive pieces of one event with one bound
+    new = np.ones(len(path), bool)
+    new[1:] = (own[1:] != own[:-1]) | (bound[1:] != bound[:-1]) | (own[1:] < 0)
+    seg = np.cumsum(new) - 1
+    has = own >= 0
+    o = pl.Series("o", np.maximum(own, 0))
+    ev = g.events if g.events.height else pl.DataFrame(
+        {c: [None] for c in ("rank", "track_id", "name", "category", "start_ns", "end_ns")},
+        schema_overrides={"rank": pl.Int32, "track_id": pl.Int32, "name": pl.String,
+                          "category": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64})
+    owner = ev.select("rank", "track_id", "name", "category", "start_ns", "end_ns")[o]
+    hs = pl.Series("has", has)
+    frame = pl.DataFrame({
+        "seg": seg, "has": has, "n_rank": g.rank[dst].astype(np.int32),
+        "n_track": g.track[dst].astype(np.int32),
+        "start_ns": g.t_ns[src], "end_ns": g.t_ns[dst],
+        "bound": pl.Series(list(BOUNDS))[pl.Series(bound)],
+    }).with_columns(
+        rank=pl.when(hs).then(owner["rank"].cast(pl.Int32)).otherwise(pl.col("n_rank")),
+        track_id=pl.when(hs).then(owner["track_id"].cast(pl.Int32))
+        .otherwise(pl.col("n_track")),
+        name=pl.when(hs).then(owner["name"]).otherwise(pl.lit("(untraced)")),
+        category=pl.when(hs).then(owner["category"]),
+        event_start_ns=pl.when(hs).then(owner["start_ns"]),
+        event_end_ns=pl.when(hs).then(owner["end_ns"]))
+    out = (frame.group_by("seg", maintain_order=True).agg(
+        pl.col("rank", "track_id", "name", "category", "bound", "event_start_ns",
+               "event_end_ns", "has").first(),
+        pl.col("start_ns").min(), pl.col("end_ns").max())
+        .with_columns(on_path_ns=pl.col("end_ns") - pl.col("start_ns"))
+        .filter(pl.col("on_path_ns") > 0))
+    return out.select(PATH_COLUMNS)
+
+
+def _by_bound(table: pl.DataFrame, length: int) -> pl.DataFrame:
+    import polars as pl
+
+    from traceatlas.ops.critical_graph import BOUNDS
+
+    sums = table.group_by("bound").agg(pl.col("on_path_ns").sum().alias("ns"))
+    base = pl.DataFrame({"bound": list(BOUNDS)})
+    return (base.join(sums, on="bound", how="left", maintain_order="left")
+            .with_columns(pl.col("ns").fill_null(0).cast(pl.Int64))
+            .with_columns(share=pl.col("ns") / length if length else pl.lit(0.0))
+            .sort("ns", descending=True, maintain_order=True))
+
+
+def _by_rank(g: Graph, path: np.ndarray[Any, Any], table: pl.DataFrame,
+             length: int) -> pl.DataFrame:
+    import polars as pl
+
+    from traceatlas.ops.critical_graph import B, K
+
+    e = g.edges
+    last = path[(e["kind"][path] == K["collective"]) & (e["bound"][path] == B["wait"])]
+    arrivals = pl.DataFrame({"rank": g.rank[e["src"][last]].astype(np.int32)}).group_by(
+        "rank").agg(pl.len().cast(pl.Int64).alias("arrivals_last"))
+    ranks = pl.DataFrame({"rank": sorted(int(r) for r in g.events["rank"].unique())},
+                         schema={"rank": pl.Int32})
+    sums = table.group_by("rank").agg(pl.col("on_path_ns").sum().alias("ns"))
+    return (ranks.join(sums, on="rank", how="left").join(arrivals, on="rank", how="left")
+            .with_columns(pl.col("ns").fill_null(0).cast(pl.Int64),
+                          pl.col("arrivals_last").fill_null(0))
+            .with_columns(share=pl.col("ns") / length if length else pl.lit(0.0))
+            .select("rank", "ns", "share", "arrivals_last").sort("rank"))

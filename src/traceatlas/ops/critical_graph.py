@@ -1,0 +1,345 @@
+"""The dependency graph of the critical path, on columns (one rank or many).
+
+Nodes are time points (int64 ns on the common clock): on each host thread, the starts and
+ends of its intervals (plus message points) form one *chain* in time order; on each device
+stream every activity has a start node and an end node; virtual nodes are the region's
+source (time ``r0``) and one node per collective instance (time of the last arrival).
+
+An edge ``u -> v`` has ``wmin`` (ns), the least time ``v`` must follow ``u`` by:
+
+- chain (host thread, consecutive points): the gap itself (untraced or exclusive CPU
+  time), 0 when ``v`` is the end of a blocking call (a sync, an MPI receive or
+  collective: its end is set by the cross edge that releases it);
+- duration (device activity start -> end): its duration;
+- stream order (previous activity end -> next start on a stream): 0;
+- launch (runtime/driver call start -> device activity start, same correlation): 0;
+- sync (device activity end -> end of the host call that waited for it; an event record's
+  producer end -> the waiting stream's next activity start): 0;
+- collective (each participant's start -> instance node -> each participant's end): 0;
+- message (send point -> receive point): 0.
+
+The *binding* predecessor of ``v`` is the one with the largest ``T(u) + wmin`` (the last
+constraint to be met); the forward pass with the binding edge weighted by the observed
+gap and the others by ``wmin`` reproduces every observed time. Edges that would run
+backwards in time (clock skew, mis-matched records) are dropped and counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    import polars as pl
+
+I64 = npt.NDArray[np.int64]
+BOUNDS: tuple[str, ...] = ("cpu", "gpu_compute", "gpu_comm", "launch", "kernel_gap", "sync",
+                           "data_load", "wait", "comm")
+"""Bound codes (index = code). ``comm``: MPI transfer and call time (host side)."""
+B = {name: i for i, name in enumerate(BOUNDS)}
+KINDS: tuple[str, ...] = ("source", "chain", "duration", "stream", "launch", "sync_stream",
+                          "sync_context", "sync_event", "sync_copy", "stream_wait_event",
+                          "collective", "message")
+"""Edge kinds (index = code); ``dependencies`` counts edges per kind."""
+K = {name: i for i, name in enumerate(KINDS)}
+PRIORITY = {K["duration"]: 9, K["chain"]: 8, K["stream"]: 7, K["collective"]: 6,
+            K["sync_stream"]: 5, K["sync_context"]: 5, K["sync_event"]: 5, K["sync_copy"]: 5,
+            K["stream_wait_event"]: 5, K["message"]: 4, K["launch"]: 3, K["source"]: 0}
+"""Tie-break between predecessors arriving at the same time (higher wins)."""
+
+DEVICE = ("kernel", "comm_kernel", "memcpy", "memset")
+NOT_HOST = (*DEVICE, "sync", "gpu_annotation", "state")
+"""Categories that are not host-thread work (``state``: Paraver states repeat the calls)."""
+DATA_LOAD_RE = r"(?i)dataloader|data_load"
+SYNC_CALL_RE = r"(?i)synchronize"
+SYNC_COPY_RE = r"(?i)^(cuda|hip|cu)memcpy"
+"""A copy call; synchronous unless its name has ``Async``."""
+
+
+@dataclass
+class Edges:
+    """Growing edge lists (numpy arrays appended as blocks)."""
+
+    src: list[I64] = field(default_factory=list)
+    dst: list[I64] = field(default_factory=list)
+    wmin: list[I64] = field(default_factory=list)
+    kind: list[I64] = field(default_factory=list)
+    bound: list[I64] = field(default_factory=list)
+    owner: list[I64] = field(default_factory=list)
+
+    def add(self, src: I64, dst: I64, wmin: I64 | int, kind: str, bound: I64 | str,
+            owner: I64 | int) -> None:
+        n = len(src)
+        self.src.append(np.asarray(src, np.int64))
+        self.dst.append(np.asarray(dst, np.int64))
+        self.wmin.append(np.broadcast_to(np.asarray(wmin, np.int64), n).copy())
+        self.kind.append(np.full(n, K[kind], np.int64))
+        code = np.full(n, B[bound], np.int64) if isinstance(bound, str) else bound
+        self.bound.append(np.asarray(code, np.int64))
+        self.owner.append(np.broadcast_to(np.asarray(owner, np.int64), n).copy())
+
+    def arrays(self) -> dict[str, I64]:
+        names = ("src", "dst", "wmin", "kind", "bound", "owner")
+        return {k: (np.concatenate(getattr(self, k)) if getattr(self, k)
+                    else np.empty(0, np.int64)) for k in names}
+
+
+@dataclass
+class Graph:
+    """Nodes (``t_ns``, ``rank``, ``track_id``; node 0 is the source) and edges; ``events``
+    is the region's intervals (clipped) with ``eid`` = row index, owners of edges."""
+
+    r0: int
+    r1: int
+    t_ns: I64
+    rank: I64
+    track: I64
+    edges: dict[str, I64]
+    events: pl.DataFrame
+    dropped: int = 0
+    """Edges dropped because they ran backwards in time."""
+    inst_last: dict[int, int] = field(default_factory=dict)
+    """Collective instance node -> node id of its last arrival (start node)."""
+
+
+class Builder:
+    """Node allocation and the edge lists while a graph is built."""
+
+    def __init__(self, r0: int, events: pl.DataFrame) -> None:
+        self.events = events
+        n = events.height
+        self.t: list[I64] = [np.array([r0], np.int64)]
+        self.rank: list[I64] = [np.array([-1], np.int64)]
+        self.track: list[I64] = [np.array([-1], np.int64)]
+        self.count = 1
+        self.edges = Edges()
+        self.start_node = np.full(n, -1, np.int64)
+        self.end_node = np.full(n, -1, np.int64)
+        self.blocking: list[I64] = []
+        """Host nodes released by a cross edge (their chain edge in gets wmin 0)."""
+
+    def nodes(self, t: I64, rank: I64, track: I64) -> I64:
+        """Allocate nodes; returns their ids."""
+        ids = np.arange(self.count, self.count + len(t), dtype=np.int64)
+        self.t.append(np.asarray(t, np.int64))
+        self.rank.append(np.asarray(rank, np.int64))
+        self.track.append(np.asarray(track, np.int64))
+        self.count += len(t)
+        return ids
+
+    def finish(self, r0: int, r1: int) -> Graph:
+        """The graph: blocking chain edges zeroed, backward edges dropped, nodes left
+        without a predecessor hung off the source (node 0)."""
+        t = np.concatenate(self.t)
+        e = self.edges.arrays()
+        if self.blocking:
+            blk = np.zeros(len(t), bool)
+            blk[np.concatenate(self.blocking)] = True
+            e["wmin"] = np.where((e["kind"] == K["chain"]) & blk[e["dst"]], 0, e["wmin"])
+        ts, td = t[e["src"]], t[e["dst"]]
+        ok = (ts < td) | ((ts == td) & (e["src"] < e["dst"]))
+        dropped = int((~ok).sum())
+        e = {k: v[ok] for k, v in e.items()}
+        has_in = np.zeros(len(t), bool)
+        has_in[0] = True
+        has_in[e["dst"]] = True
+        lone = np.flatnonzero(~has_in)
+        is_dev = np.zeros(len(t), bool)
+        cat = self.events["category"].to_numpy()
+        dev_eid = self.events["eid"].to_numpy()[np.isin(cat, DEVICE)]
+        is_dev[self.start_node[dev_eid]] = True
+        bound = np.where(is_dev[lone], B["kernel_gap"], B["cpu"]).astype(np.int64)
+        src = Edges()
+        src.add(np.zeros(len(lone), np.int64), lone, t[lone] - r0, "source", bound, -1)
+        s = src.arrays()
+        e = {k: np.concatenate([e[k], s[k]]) for k in e}
+        return Graph(r0, r1, t, np.concatenate(self.rank), np.concatenate(self.track), e,
+                     self.events, dropped)
+
+
+def region_events(trace_intervals: pl.LazyFrame, r0: int | None, r1: int | None
+                  ) -> tuple[pl.DataFrame, int, int]:
+    """The intervals of the region, clipped to it, with ``eid``; and (r0, r1).
+
+    ``r0`` None: the first start; ``r1`` None: the last end of the intervals starting at
+    or after ``r0``."""
+    import polars as pl
+
+    cols = ("rank", "track_id", "start_ns", "end_ns", "name", "category", "depth",
+            "correlation", "stream", "process_group", "collective", "args")
+    frame = trace_intervals.select(
+        *[pl.col(c) for c in cols[:4]], pl.col("name").cast(pl.String),
+        pl.col("category").cast(pl.String), "depth", "correlation", "stream",
+        pl.col("process_group").cast(pl.String),
+        pl.col("collective").cast(pl.String),
+        pl.col("source_category").cast(pl.String),
+        pl.when(pl.col("category").cast(pl.String) == "sync").then(pl.col("args"))
+        .alias("args"))
+    # Kineto's own profiler span (cat "Trace") is not work.
+    frame = frame.filter(pl.col("source_category").fill_null("") != "Trace")
+    if r0 is not None:
+        frame = frame.filter(pl.col("end_ns") >= r0)
+    if r1 is not None:
+        frame = frame.filter(pl.col("start_ns") <= r1)
+    df = frame.collect()
+    if df.height == 0:
+        return df.with_row_index("eid").with_columns(pl.col("eid").cast(pl.Int64)), 0, 0
+    lo = int(df["start_ns"].min()) if r0 is None else r0  # type: ignore[arg-type]
+    last = df.filter(pl.col("start_ns") >= lo)["end_ns"].max()
+    hi = (int(last) if last is not None else lo) if r1 is None else r1  # type: ignore[arg-type]
+    df = (df.filter((pl.col("end_ns") >= lo) & (pl.col("start_ns") <= hi))
+          .with_columns(pl.col("start_ns").clip(lo, hi), pl.col("end_ns").clip(lo, hi))
+          .with_row_index("eid").with_columns(pl.col("eid").cast(pl.Int64)))
+    return df, lo, hi
+
+
+def host_chains(b: Builder, extra: pl.DataFrame) -> None:
+    """Chain nodes and edges of every host thread; ``extra`` points (rank, track_id, t_ns,
+    key) are inserted (message ends); their node ids are written to ``extra_node``."""
+    import polars as pl
+
+    ev = b.events
+    host = ev.filter(~pl.col("category").is_in(NOT_HOST))
+    eid = host["eid"].to_numpy()
+    depth = host["depth"].to_numpy().astype(np.int64)
+    rank = host["rank"].to_numpy().astype(np.int64)
+    track = host["track_id"].to_numpy().astype(np.int64)
+    start = host["start_ns"].to_numpy()
+    end = host["end_ns"].to_numpy()
+    dl = host["name"].str.contains(DATA_LOAD_RE).to_numpy()
+    nx = extra.height
+    m = len(eid)
+    # Points: starts (cls 2, outer first), ends (cls 1, inner first), extra (cls 0).
+    p_t = np.concatenate([start, end, extra["t_ns"].to_numpy()]).astype(np.int64)
+    p_rank = np.concatenate([rank, rank, extra["rank"].to_numpy()]).astype(np.int64)
+    p_track = np.concatenate([track, track, extra["track_id"].to_numpy()]).astype(np.int64)
+    # a zero-length event's end follows its own start
+    p_cls = np.concatenate([np.full(m, 2), np.where(end > start, 1, 3), np.zeros(nx)]
+                           ).astype(np.int64)
+    p_sub = np.concatenate([depth, -depth, np.zeros(nx, np.int64)])
+    p_eid = np.concatenate([eid, eid, np.full(nx, -1)]).astype(np.int64)
+    p_dl = np.concatenate([np.where(dl, 1, 0), np.where(dl, -1, 0),
+                           np.zeros(nx, np.int64)]).astype(np.int64)
+    order = np.lexsort((p_sub, p_cls, p_t, p_track, p_rank))
+    ids = b.nodes(p_t[order], p_rank[order], p_track[order])
+    pos = np.empty(len(order), np.int64)
+    pos[order] = np.arange(len(order))
+    b.start_node[eid] = ids[pos[:m]]
+    b.end_node[eid] = ids[pos[m:2 * m]]
+    b.extra_node = ids[pos[2 * m:]]  # type: ignore[attr-defined]
+    # Owner of the segment after each point: the event started there, or after an end
+    # the enclosing event (same track, depth - 1, latest start, still open).
+    parent = _parents(host, eid)
+    s_eid, s_cls = p_eid[order], p_cls[order]
+    par_of = np.full(len(ev), -1, np.int64)
+    par_of[eid] = parent
+    owner = np.where(s_cls == 2, s_eid,
+                     np.where(s_cls % 2 == 1, par_of[np.maximum(s_eid, 0)], -2))
+    ends_open = ev["end_ns"].to_numpy()
+    t_sorted = p_t[order]
+    closed = (owner >= 0) & (ends_open[np.maximum(owner, 0)] <= t_sorted) & (s_cls != 0)
+    owner = np.where(closed, -1, owner)
+    same = np.zeros(len(order), bool)
+    same[1:] = (p_rank[order][1:] == p_rank[order][:-1]) & (
+        p_track[order][1:] == p_track[order][:-1])
+    owner = _ffill_extra(owner, same)
+    dl_cov = np.cumsum(p_dl[order]) > 0
+    i = np.flatnonzero(same[1:])
+    src, dst = ids[i], ids[i + 1]
+    gap = t_sorted[i + 1] - t_sorted[i]
+    cat = ev["category"].to_numpy()
+    own = owner[i]
+    own_cat = np.where(own >= 0, cat[np.maximum(own, 0)], "")
+    ev_sync = (ev["category"].is_in(("runtime", "driver"))
+               & ev["name"].str.contains(SYNC_CALL_RE)).to_numpy()
+    own_sync = (own >= 0) & ev_sync[np.maximum(own, 0)]
+    bound = np.where(dl_cov[i], B["data_load"],
+                     np.where(own_cat == "mpi", B["comm"],
+                              np.where(own_sync, B["sync"], B["cpu"]))).astype(np.int64)
+    b.edges.add(src, dst, gap, "chain", bound, own)
+
+
+def _ffill_extra(owner: I64, same: npt.NDArray[np.bool_]) -> I64:
+    """Extra points (-2) take the owner of the point before them on their chain."""
+    out = owner.copy()
+    idx = np.where(out != -2, np.arange(len(out)), -1)
+    # a chain's first point that is extra: no owner
+    idx = np.where(~same & (out == -2), np.arange(len(out)), idx)
+    out = np.where(~same & (out == -2), -1, out)
+    filled = np.maximum.accumulate(idx) if len(idx) else idx
+    return out[np.maximum(filled, 0)] if len(out) else out
+
+
+def _parents(host: pl.DataFrame, eid: I64) -> I64:
+    """For each host event, the enclosing event (same rank/track, depth - 1, latest start
+    at or before its start), -1 when none."""
+    import polars as pl
+
+    left = host.select("rank", "track_id", (pl.col("depth") - 1).alias("depth"), "start_ns",
+                       "eid").with_row_index("i").sort("start_ns")
+    right = host.select("rank", "track_id", "depth", "start_ns",
+                        pl.col("eid").alias("parent")).sort("start_ns")
+    got = (left.join_asof(right, on="start_ns", by=["rank", "track_id", "depth"],
+                          strategy="backward", check_sortedness=False)
+           .sort("i")["parent"].fill_null(-1).to_numpy())
+    same = got == eid
+    return np.where(same, -1, got).astype(np.int64)
+
+
+def device_streams(b: Builder) -> pl.DataFrame:
+    """Start/end nodes, duration and stream-order edges of device activities; returns
+    the device frame (eid, rank, track_id, stream, start, end, correlation, ks, ke)."""
+    import polars as pl
+
+    dev = (b.events.filter(pl.col("category").is_in(DEVICE))
+           .sort("rank", "track_id", "start_ns", "end_ns"))
+    n = dev.height
+    eid = dev["eid"].to_numpy()
+    t = np.empty(2 * n, np.int64)
+    t[0::2] = dev["start_ns"].to_numpy()
+    t[1::2] = dev["end_ns"].to_numpy()
+    rank = np.repeat(dev["rank"].to_numpy().astype(np.int64), 2)
+    track = np.repeat(dev["track_id"].to_numpy().astype(np.int64), 2)
+    ids = b.nodes(t, rank, track)
+    ks, ke = ids[0::2], ids[1::2]
+    b.start_node[eid] = ks
+    b.end_node[eid] = ke
+    comm = (dev["category"] == "comm_kernel").to_numpy()
+    b.dur_edges = (ks, ke, t[1::2] - t[0::2], eid, comm)  # type: ignore[attr-defined]
+    same = np.zeros(n, bool)
+    r, tr = rank[0::2], track[0::2]
+    same[1:] = (r[1:] == r[:-1]) & (tr[1:] == tr[:-1])
+    j = np.flatnonzero(same)
+    b.edges.add(ke[j - 1], ks[j], 0, "stream", "kernel_gap", eid[j])
+    return dev.with_columns(ks=pl.Series(ks), ke=pl.Series(ke))
+
+
+def add_durations(b: Builder, skip: npt.NDArray[np.bool_]) -> None:
+    """Duration edges of device activities, except those in a matched collective."""
+    ks, ke, dur, eid, comm = b.dur_edges  # type: ignore[attr-defined]
+    keep = ~skip[eid]
+    bound = np.where(comm, B["gpu_comm"], B["gpu_compute"]).astype(np.int64)
+    b.edges.add(ks[keep], ke[keep], dur[keep], "duration", bound[keep], eid[keep])
+
+
+def launches(b: Builder, dev: pl.DataFrame) -> pl.DataFrame:
+    """Launch edges (call start -> activity start, same rank and correlation); returns
+    ``dev`` with ``launch_ns`` (the call's start, null when none)."""
+    import polars as pl
+
+    calls = (b.events.filter(pl.col("category").is_in(("runtime", "driver"))
+                             & pl.col("correlation").is_not_null())
+             .sort("rank", "correlation", "start_ns")
+             .group_by("rank", "correlation", maintain_order=True).first()
+             .select("rank", "correlation", pl.col("eid").alias("call"),
+                     pl.col("start_ns").alias("launch_ns")))
+    dev = dev.join(calls, on=["rank", "correlation"], how="left", maintain_order="left")
+    got = dev.filter(pl.col("call").is_not_null())
+    src = b.start_node[got["call"].to_numpy()]
+    ok = src >= 0
+    b.edges.add(src[ok], got["ks"].to_numpy()[ok], 0, "launch", "launch",
+                got["eid"].to_numpy()[ok])
+    return dev
