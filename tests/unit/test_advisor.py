@@ -346,7 +346,7 @@ def test_cli_table_and_json(tmp_path: Path) -> None:
     assert rows[0]["rank"] == 1 and rows[0]["rule"] == "load_imbalance"
     assert set(rows[0]) == {"rank", "rule", "statement", "cost_ns", "evidence", "next_step",
                             "command", "severity", "cause", "ranks", "per_step", "where",
-                            "view"}
+                            "view", "cost_bytes"}
     assert rows[0]["cause"] == "load_imbalance"
     assert rows[0]["command"] == f"traceatlas analyze kernels {trace.path} --ranks 2"
     assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))

@@ -41,7 +41,8 @@ def advise(trace: Trace, *, path: str = "PATH", min_cost_pct: float = 0.0,
     findings.extend(efficiency.apply(ctx, findings))
     gpu_bound.cap_host_side(findings)  # a host waiting for a busy GPU is healthy
     floor = min_cost_pct / 100 * ctx.span_ns
-    kept = [f for f in findings if f.cost_ns >= floor and f.cost_ns > 0]
+    kept = [f for f in findings if (f.cost_ns >= floor and f.cost_ns > 0)
+            or f.cost_bytes]  # memory findings cost bytes: no time floor
     for finding in kept:
         finding.cause = finding.cause or RULE_CAUSE.get(finding.rule, "inefficiency")
     for finding in kept:  # every command shown must run on this trace
@@ -62,7 +63,10 @@ def advise(trace: Trace, *, path: str = "PATH", min_cost_pct: float = 0.0,
 
 
 def rank_findings(findings: list[Finding], order: list[str] | None = None) -> list[Finding]:
-    """Sorted by cost (ns) descending; ties: high severity first, then rule order."""
+    """Sorted by cost (ns) descending; ties: high severity first, then rule order.
+    Memory findings (``cost_bytes`` set) come after every time finding, high severity
+    first, then by bytes: bytes and ns are never compared."""
     position = {name: i for i, name in enumerate(order or RULES)}
-    return sorted(findings, key=lambda f: (-f.cost_ns, f.severity != "high",
+    return sorted(findings, key=lambda f: (f.cost_bytes is not None, -f.cost_ns,
+                                           f.severity != "high", -(f.cost_bytes or 0),
                                            position.get(f.rule, len(position))))

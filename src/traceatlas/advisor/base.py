@@ -59,6 +59,9 @@ class Finding:
     where: dict[str, str] = field(default_factory=dict)
     window_ns: tuple[int, int] | None = None
     view: str = ""
+    cost_bytes: int | None = None
+    """Memory findings: the bytes at stake (their ``cost_ns`` is 0); ranked after the
+    time findings, never compared with ns (``advisor.rank_findings``)."""
 
 
 @dataclass

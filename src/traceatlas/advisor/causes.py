@@ -25,6 +25,9 @@ CAUSES: Mapping[str, str] = {
     "bimodal_kernel": "a kernel with two duration modes",
     "low_tensor_use": "tensor cores mostly unused",
     "memory_growth": "memory growing step after step",
+    "memory_peak": "peak memory near the device's capacity",
+    "memory_fragmentation": "memory reserved by the allocator but not allocated",
+    "memory_storm": "many small allocations per step",
     "inefficiency": "an efficiency below target",
 }
 """cause -> the words the report shows."""

@@ -25,6 +25,10 @@ RULES: Mapping[str, str] = {
     "late_sender": "traceatlas.advisor.late_sender:check",
     "bimodal": "traceatlas.advisor.bimodal:check",
     "low_tensor": "traceatlas.advisor.low_tensor:check",
+    "memory_peak": "traceatlas.advisor.memory_peak:check",
+    "memory_leak": "traceatlas.advisor.memory_leak:check",
+    "memory_fragmentation": "traceatlas.advisor.memory_fragmentation:check",
+    "memory_storm": "traceatlas.advisor.memory_storm:check",
 }
 """Rule name -> ``module:function``; each module documents trigger, cost and statement."""
 

@@ -16,7 +16,8 @@ command that zooms in), ``severity`` (``high`` | ``info``), ``cause`` (a word of
 (``ms``: median cost per step in ms; ``count``: events per step, where counted; null
 without steps), ``where`` (``annotation``, ``op``, ``kernel``, ``call_site``), ``view`` (the
 ``traceatlas view PATH --window @A:@B --ranks R`` command opening the trace viewer where
-the finding points: ``traceatlas.advisor.view_link``; "" when none).
+the finding points: ``traceatlas.advisor.view_link``; "" when none). ``cost_bytes``: memory
+findings' bytes at stake (their ``cost_ns`` is 0; they rank after the time findings).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class Advisor:
             findings = findings[:top]
         rows = [(i + 1, f.rule, f.statement, f.cost_ns, f.evidence, f.next_step, f.command,
                  f.severity, f.cause, sorted(f.ranks), _per_step(f.per_step),
-                 {k: f.where.get(k) for k in WHERE_KEYS}, f.view)
+                 {k: f.where.get(k) for k in WHERE_KEYS}, f.view, f.cost_bytes)
                 for i, f in enumerate(findings)]
         schema: dict[str, pl.DataType] = {
             "rank": pl.Int64(), "rule": pl.String(), "statement": pl.String(),
@@ -77,6 +78,7 @@ class Advisor:
             "command": pl.String(), "severity": pl.String(), "cause": pl.String(),
             "ranks": pl.List(pl.Int64),
             "per_step": pl.Struct({"ms": pl.Float64, "count": pl.Float64}),
-            "where": pl.Struct({k: pl.String for k in WHERE_KEYS}), "view": pl.String()}
+            "where": pl.Struct({k: pl.String for k in WHERE_KEYS}), "view": pl.String(),
+            "cost_bytes": pl.Int64()}
         table = pl.DataFrame(rows, schema=schema, orient="row")
         return Result(table, notes=list(ctx.notes))

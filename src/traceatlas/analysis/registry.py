@@ -38,9 +38,11 @@ ANALYSES: Mapping[str, str] = {
     "mpi_wait": "traceatlas.analysis.mpi_wait:MpiWait",
     "phases": "traceatlas.analysis.phases:Phases",
     "efficiency": "traceatlas.analysis.efficiency:Efficiency",
+    "memory": "traceatlas.analysis.memory:Memory",
     "advisor": "traceatlas.analysis.advisor:Advisor",
     "critical_path": "traceatlas.analysis.critical_path:CriticalPath",
     "tree": "traceatlas.analysis.tree:Tree",
+    "roofline": "traceatlas.analysis.roofline:Roofline",
 }
 """Analysis name -> ``module:Class``; imported lazily."""
 

@@ -131,6 +131,7 @@ class _Instant:
     name: str
     tid: int
     ts_ns: int
+    args: dict[str, Any] | None = None
 
 
 def micros(ns: int) -> str:
@@ -352,6 +353,27 @@ class TraceBuilder:
         _check_range(ts_ns, ts_ns)
         self._instants.append(_Instant(name, self.main_tid if tid is None else tid, ts_ns))
 
+    def memory(self, ts_ns: int, nbytes: int, *, addr: int | None = None,
+               total_allocated: int | None = None, total_reserved: int | None = None,
+               device_type: int = 1, device_id: int | None = None,
+               tid: int | None = None) -> None:
+        """A ``[memory]`` instant as PyTorch's ``profile_memory=True`` writes it: ``Bytes``
+        (negative on a free), ``Addr``, ``Total Allocated``/``Total Reserved`` (left out
+        when None, as older PyTorch did), ``Device Type`` (1 CUDA, 0 CPU), ``Device Id``
+        (default: this rank's device; -1 for the CPU)."""
+        _check_range(ts_ns, ts_ns)
+        dev = device_id if device_id is not None else (self.device if device_type else -1)
+        args: dict[str, Any] = {}
+        if total_reserved is not None:
+            args["Total Reserved"] = total_reserved
+        if total_allocated is not None:
+            args["Total Allocated"] = total_allocated
+        args.update({"Bytes": nbytes, "Device Id": dev, "Device Type": device_type})
+        if addr is not None:
+            args["Addr"] = addr
+        self._instants.append(_Instant("[memory]", self.main_tid if tid is None else tid,
+                                       ts_ns, args))
+
     def _new_correlation(self) -> int:
         corr = self._next_correlation
         self._next_correlation += 1
@@ -416,7 +438,8 @@ class TraceBuilder:
             out.append(_obj([("ph", '"i"'), ("cat", '"cpu_instant_event"'),
                              ("s", '"t"'), ("name", json.dumps(inst.name)),
                              ("pid", str(pid)), ("tid", str(inst.tid)),
-                             ("ts", micros(inst.ts_ns))]))
+                             ("ts", micros(inst.ts_ns)),
+                             *([("args", json.dumps(inst.args))] if inst.args else [])]))
         out += self._metadata_events()
         return out
 
