@@ -150,11 +150,12 @@ def test_tracks_are_ordered_rank_devices_hosts_counters(small: tuple[Trace, list
     got = [(t.rank, t.kind, t.track_id) for t in p.tracks]
     assert got == [(0, "rank_device", None), (0, "gpu_stream", 1), (0, "gpu_stream", 2),
                    (0, "rank_host", None), (0, "host_thread", 0),
-                   (1, "rank_device", None), (1, "gpu_stream", 5), (1, "rank_host", None),
-                   (1, "host_thread", 0), (1, "counter", 9)]
+                   # a device's counter (device 0 here: sm_active, dram) follows its streams
+                   (1, "rank_device", None), (1, "gpu_stream", 5), (1, "counter", 9),
+                   (1, "rank_host", None), (1, "host_thread", 0)]
     assert [t.id for t in p.tracks] == list(range(len(p.tracks)))
     assert p.tracks[1].events == 31 and p.tracks[0].events == 62
-    assert p.tracks[9].series == ["dram", "sm_active"]
+    assert p.tracks[7].series == ["dram", "sm_active"]
     meta = p.meta()
     assert meta["start_ns"] == BASE and meta["ranks"] == [0, 1]
     assert meta["end_ns"] == BASE + max(r[3] for r in small[1])

@@ -1,9 +1,9 @@
 """The viewer tracks of one rank: order, synthetic rank rows, finest level of each.
 
 Order within a rank: ``rank_device`` (union of its gpu_stream/device tracks), the
-devices/streams, ``rank_host`` (union of its host threads), the host threads, other
-tracks, counters. Ids are local (0..); the builder shifts them by the tracks of the
-ranks before.
+devices/streams (each device's counters, e.g. its memory curves, after its streams),
+``rank_host`` (union of its host threads), the host threads, other tracks, host
+counters. Ids are local (0..); the builder shifts them by the tracks of the ranks before.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 DEVICE_KINDS = ("gpu_stream", "device")
 HOST_KINDS = ("host_thread",)
 _KIND_ORDER = {"gpu_stream": 1, "device": 1, "host_thread": 3, "other": 4, "counter": 5}
+_AFTER_STREAMS = 2**62
+"""Sort key placing a device's counters (memory, metrics) after its streams."""
 
 
 def plan_rank(rank: int, tracks: pl.DataFrame, istats: pl.DataFrame, cstats: pl.DataFrame,
@@ -43,6 +45,8 @@ def plan_rank(rank: int, tracks: pl.DataFrame, istats: pl.DataFrame, cstats: pl.
 
     def order(row: dict[str, Any]) -> tuple[int, int, int, int]:
         kind = "counter" if row["is_counter"] else row["kind"]
+        if kind == "counter" and row["device"] >= 0:  # e.g. "GPU 0 memory allocated"
+            return (_KIND_ORDER["gpu_stream"], row["device"], _AFTER_STREAMS, row["track_id"])
         return (_KIND_ORDER.get(kind, 4), row["device"], row["stream"], row["track_id"])
 
     rows.sort(key=order)

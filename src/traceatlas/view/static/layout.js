@@ -1,7 +1,7 @@
 // Vertical layout: which rows are drawn, in what order, at which y (CSS px).
 //
-// Rows are grouped rank -> device -> stream, then counters, then host threads, then other
-// tracks. Three modes, chosen from the visible rank range [r0, r1) and the canvas height:
+// Rows are grouped rank -> device -> stream (a device's counters, e.g. "GPU 0 memory
+// allocated", after its streams), then host counters, then host threads, then other tracks. Three modes, chosen from the visible rank range [r0, r1) and the canvas height:
 //  - "lanes": every visible rank has a header row (its synthetic rank_device summary, or
 //    rank_host when it has no device) and, when expanded, one lane per track; collapsed
 //    ranks show the header plus a host summary row;
@@ -32,8 +32,12 @@ export function indexTracks(tracks) {
     else if (t.kind === "gpu_stream" && (t.events ?? 0) <= QUIET_EVENTS) r.quiet.push(t);
     else if (t.events > 0 || (t.kind === "counter" && (t.series || []).length > 0)) r.lanes.push(t);
   }
-  const order = (a, b) => (KIND_ORDER[a.kind] ?? 9) - (KIND_ORDER[b.kind] ?? 9)
-    || a.device - b.device || (a.kind === "gpu_stream" ? (b.events ?? 0) - (a.events ?? 0) : 0)
+  // a device's counters (its memory curves, metrics) sit under that device, after its streams
+  const onDevice = (t) => t.kind === "counter" && t.device >= 0;
+  const group = (t) => (onDevice(t) ? KIND_ORDER.gpu_stream : (KIND_ORDER[t.kind] ?? 9));
+  const order = (a, b) => group(a) - group(b) || a.device - b.device
+    || onDevice(a) - onDevice(b)
+    || (a.kind === "gpu_stream" ? (b.events ?? 0) - (a.events ?? 0) : 0)
     || a.stream - b.stream || a.id - b.id;
   for (const r of byRank.values()) {
     if (r.quiet.length < 2) {  // one quiet stream: an ordinary lane (when it has events)

@@ -11,7 +11,7 @@
 import { get, abs, rel } from "./api.js";
 import { indexTracks, layout, rowAt, HEADER_H } from "./layout.js";
 import { DataStore, levelFor } from "./tiles.js";
-import { drawFrame, fitCanvas, fmtDur, categoryColor, LABEL_W, AXIS_H } from "./render.js";
+import { drawFrame, fitCanvas, fmtDur, fmtBytes, categoryColor, LABEL_W, AXIS_H } from "./render.js";
 import { attach } from "./interact.js";
 import { Minimap } from "./minimap.js";
 import { showEvent } from "./details.js";
@@ -160,7 +160,8 @@ function tooltipLines(row, it) {
       ` of ${fmtDur(it.binNs)} · ${it.count} started`, where, `at +${fmtDur(it.start)}`];
   }
   if (it.type === "counter") {
-    return [it.series, `min ${it.min.toPrecision(4)} · mean ${it.mean.toPrecision(4)} · max ${it.max.toPrecision(4)}`, where];
+    const v = it.series.endsWith("(bytes)") ? fmtBytes : (x) => x.toPrecision(4);
+    return [it.series, `min ${v(it.min)} · mean ${v(it.mean)} · max ${v(it.max)}`, where];
   }
   return [`ranks ${it.ranks[0]}-${it.ranks[1]}`, `busy mean ${(100 * it.mean).toFixed(1)}% ` +
     `(min ${(100 * it.min).toFixed(1)}%, max ${(100 * it.max).toFixed(1)}%)`, `at +${fmtDur(it.start)}`];

@@ -283,7 +283,22 @@ function drawCounter(ctx, f, row, X, scale, hitsOut) {
   ctx.font = "10px system-ui, sans-serif";
   ctx.fillStyle = f.colors.muted;
   ctx.textBaseline = "top";
-  ctx.fillText(`${fmtNum(lo)} … ${fmtNum(hi)}`, LABEL_W + 3, row.y + 1);
+  const fmt = bytesTrack(row.info) ? fmtBytes : fmtNum;
+  ctx.fillText(`${fmt(lo)} … ${fmt(hi)}`, LABEL_W + 3, row.y + 1);
+}
+
+/** A counter track whose every series is in bytes (named "... (bytes)"). */
+function bytesTrack(track) {
+  const series = (track && track.series) || [];
+  return series.length > 0 && series.every((s) => s.endsWith("(bytes)"));
+}
+
+/** Bytes in binary units: 512 B, 1.50 KiB, 2.00 GiB. */
+export function fmtBytes(v) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+  let a = Math.abs(v), i = 0;
+  while (a >= 1024 && i < units.length - 1) { a /= 1024; i++; }
+  return `${v < 0 ? "-" : ""}${i ? a.toFixed(2) : String(a)} ${units[i]}`;
 }
 
 function fmtNum(v) {
