@@ -215,6 +215,7 @@ def sql(
 
 # The export and filter commands live in their own module; importing it registers them.
 import traceatlas.cli.diff  # noqa: E402
+import traceatlas.cli.record  # noqa: E402  (lazy: imports torch-free code only)
 import traceatlas.cli.summary  # noqa: E402  (by path: `summary` is a local name in `info`)
 import traceatlas.cli.trend  # noqa: E402
 from traceatlas.cli import analyze, report, transform, view  # noqa: E402, F401
