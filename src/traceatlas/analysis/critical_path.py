@@ -25,7 +25,8 @@ inside a DataLoader range), ``wait`` (a participant's start to its collective's 
 arrival: 0 on the path by construction), ``comm`` (MPI calls and message transfers).
 
 Extra tables: ``by_bound`` (bound, ns, share), ``by_rank`` (rank, ns, share,
-``arrivals_last``: collective instances on the path whose last arrival was this rank),
+``arrivals_last``: collective instances on the path whose last arrival was this rank,
+``arrivals_last_all``: the same over every matched instance in the region),
 ``dependencies`` (edge kind, edges: how many launches, syncs, collectives ... the graph
 found), ``whatif`` (with ``speedup``: speedup, factor, edges_scaled, length_before_ns,
 length_after_ns, gain_ns, gain_pct). Times in ns.
@@ -239,11 +240,15 @@ def _by_rank(g: Graph, path: np.ndarray[Any, Any], table: pl.DataFrame,
     last = path[(e["kind"][path] == K["collective"]) & (e["bound"][path] == B["wait"])]
     arrivals = pl.DataFrame({"rank": g.rank[e["src"][last]].astype(np.int32)}).group_by(
         "rank").agg(pl.len().cast(pl.Int64).alias("arrivals_last"))
+    inst = (g.track == -1) & (g.rank >= 0)
+    every = pl.DataFrame({"rank": g.rank[inst].astype(np.int32)}).group_by("rank").agg(
+        pl.len().cast(pl.Int64).alias("arrivals_last_all"))
     ranks = pl.DataFrame({"rank": sorted(int(r) for r in g.events["rank"].unique())},
                          schema={"rank": pl.Int32})
     sums = table.group_by("rank").agg(pl.col("on_path_ns").sum().alias("ns"))
     return (ranks.join(sums, on="rank", how="left").join(arrivals, on="rank", how="left")
+            .join(every, on="rank", how="left")
             .with_columns(pl.col("ns").fill_null(0).cast(pl.Int64),
-                          pl.col("arrivals_last").fill_null(0))
+                          pl.col("arrivals_last", "arrivals_last_all").fill_null(0))
             .with_columns(share=pl.col("ns") / length if length else pl.lit(0.0))
-            .select("rank", "ns", "share", "arrivals_last").sort("rank"))
+            .select("rank", "ns", "share", "arrivals_last", "arrivals_last_all").sort("rank"))

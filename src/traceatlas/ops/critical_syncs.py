@@ -9,7 +9,9 @@ The host call (category runtime/driver) is matched to Kineto's ``cuda_sync`` rec
 - ``Context Sync`` (``cudaDeviceSynchronize``, ``cuCtxSynchronize``, HIP's): the
   latest-ending activity of the rank ending by the call's end;
 - ``Event Sync`` (``cudaEventSynchronize``): the record call (``cudaEventRecord`` with
-  the given correlation); the last activity launched on ``wait_on_stream`` before it;
+  the given correlation); the last activity launched on ``wait_on_stream`` before it
+  (older Kineto writes ``wait_on_cuda_event_id`` and no record correlation: the last
+  activity launched there before the waiting call itself);
 - ``Stream Wait Event`` (``cudaStreamWaitEvent``): the same producer -> the first
   activity launched on the waiting stream after the call (a device -> device edge);
 - a synchronous copy call (``cudaMemcpy``, no ``Async``): its own device copy.
@@ -60,7 +62,13 @@ def sync_edges(b: Builder, dev: pl.DataFrame) -> dict[str, int]:
                          | pl.col("name").str.contains(r"(?i)streamwaitevent"))
     waits = (waits.select("eid", "rank", "name", "start_ns", "end_ns", "correlation")
              .join(info, on=["rank", "correlation"], how="left")
-             .join(records, on=["rank", "rec_corr"], how="left"))
+             .join(records, on=["rank", "rec_corr"], how="left")
+             # older Kineto: wait_on_cuda_event_id, no record correlation: the event was
+             # recorded by the waiting call at the latest
+             .with_columns(rec_ns=pl.when(pl.col("rec_ns").is_null()
+                                          & pl.col("rec_corr").is_null()
+                                          & (pl.col("wait_stream") >= 0))
+                           .then(pl.col("start_ns")).otherwise(pl.col("rec_ns"))))
     d = dev.select("rank", "stream", "launch_ns", "ks", "ke",
                    pl.col("start_ns").alias("d_start"), pl.col("end_ns").alias("d_end"),
                    pl.col("correlation").alias("d_corr"), pl.col("eid").alias("d_eid"))
