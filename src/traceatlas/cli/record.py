@@ -120,7 +120,8 @@ def _summarise(target: Path, found: list[Path], outcome: Outcome, command: list[
         output.say(f"recorded {len(found)} trace(s) in {target}: {names}")
     else:
         output.error(f"{target}: nothing recorded (see the lines above: the program ended "
-                     "before the recorded steps, or never imported torch)")
+                     "before the recorded steps, never imported torch, or skipped "
+                     "sitecustomize: python -S/-I/-E)")
     if outcome.exit_code != 0:
         output.error(f"the program {outcome.describe()}: {shlex.join(command)}"
                      + (f"; kept what was captured in {target}" if found else ""))
