@@ -11,7 +11,7 @@ import typer
 from traceatlas import analysis
 from traceatlas.analysis.base import Param
 from traceatlas.cli import output
-from traceatlas.cli.main import EngineOpt, FormatOpt, _check_format, _guard, _open, app
+from traceatlas.cli.options import EngineOpt, FormatOpt, _check_format, _guard, _open, app
 from traceatlas.errors import InputError
 from traceatlas.ops.select import parse_rank_spans, parse_window
 

@@ -18,7 +18,7 @@ from rich.text import Text
 
 import traceatlas
 from traceatlas.cli import output
-from traceatlas.cli.main import EngineOpt, _guard, app, writing
+from traceatlas.cli.options import EngineOpt, _guard, app, writing
 from traceatlas.cli.outputs import refuse_inputs
 from traceatlas.compare.summary import read_summary, summarize
 from traceatlas.errors import InputError

@@ -17,7 +17,7 @@ import typer
 
 import traceatlas
 from traceatlas.cli import output
-from traceatlas.cli.main import EngineOpt, _check_format, _guard, app, writing
+from traceatlas.cli.options import EngineOpt, _check_format, _guard, app, writing
 from traceatlas.cli.outputs import refuse_inputs
 from traceatlas.errors import InputError
 from traceatlas.report import data as report_data

@@ -13,7 +13,7 @@ import typer
 
 import traceatlas
 from traceatlas.cli import output
-from traceatlas.cli.main import EngineOpt, _guard, app, writing
+from traceatlas.cli.options import EngineOpt, _guard, app, writing
 from traceatlas.cli.outputs import refuse_inputs
 from traceatlas.compare.summary import summarize, write_summary
 from traceatlas.tempfiles import replaceable_file

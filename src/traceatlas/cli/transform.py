@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from traceatlas.cli import output
-from traceatlas.cli.main import EngineOpt, _guard, _open, app, writing
+from traceatlas.cli.options import EngineOpt, _guard, _open, app, writing
 from traceatlas.cli.outputs import refuse_inputs
 from traceatlas.errors import InputError
 from traceatlas.export.registry import EXPORTERS, export_params, get_exporter

@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from traceatlas.cli import output
-from traceatlas.cli.main import _guard, app, writing
+from traceatlas.cli.options import _guard, app, writing
 from traceatlas.cli.outputs import refuse_inputs
 from traceatlas.errors import InputError
 from traceatlas.literal import literal

@@ -15,7 +15,7 @@ from urllib.parse import quote
 import typer
 
 from traceatlas.cli import output
-from traceatlas.cli.main import EngineOpt, _guard, _open, app
+from traceatlas.cli.options import EngineOpt, _guard, _open, app
 from traceatlas.errors import InputError
 from traceatlas.ops.select import parse_rank_spans, parse_window
 

@@ -424,21 +424,20 @@ def step_spans(trace: Trace, step: int) -> StepSpans:
 
 
 def _phase_spans(trace: Trace, step: int) -> StepSpans:
-    """Per rank, the span of iteration ``step`` found by the ``phases`` analysis."""
-    from traceatlas.analysis.registry import run
-    from traceatlas.errors import MissingDataError
+    """Per rank, the span of iteration ``step`` of the detected main loop
+    (``traceatlas.ops.phases``, the ``phases`` analysis' default parameters)."""
+    from traceatlas.ops.phases import detect_phases, no_loop_problem
 
-    try:
-        table = run("phases", trace).table
-    except MissingDataError as exc:
-        raise InputError("--step", f"the trace has no step markers and {exc.problem}"
-                         ) from None
-    rows = table.filter(table["phase"] == step)
-    if rows.height == 0:
+    found = detect_phases(trace)
+    if not found.rows:
+        problem = no_loop_problem("", -1, 3, found.candidates)
+        raise InputError("--step", f"the trace has no step markers and {problem}")
+    rows = sorted((r, s, e) for r, phase, s, e, _ in found.rows if phase == step)
+    if not rows:
+        last = max(phase for _, phase, _, _, _ in found.rows)
         raise InputError("--step", f"no step {step}: the trace has no step markers and "
-                         f"the phases analysis found iterations 0-{max(table['phase'].to_list())}")
-    return tuple((int(r), int(s), int(e)) for r, s, e in
-                 rows.select("rank", "start_ns", "end_ns").sort("rank").iter_rows())
+                         f"the phases analysis found iterations 0-{last}")
+    return tuple(rows)
 
 
 def trace_start_ns(trace: Trace) -> int:
