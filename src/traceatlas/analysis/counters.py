@@ -10,6 +10,8 @@ Two sources:
   counter's time-weighted mean over ``[start_ns, end_ns)`` is the integral of that step
   function over the part of the interval inside the series' first..last sample, divided
   by that part's length. Computed with cumulative integrals and as-of joins.
+  Memory series (``GPU 0 memory allocated (bytes)``, from Kineto ``[memory]`` events) are
+  not GPU metrics and are left out: ``analyze memory`` reads them.
 - ``cupti_range``: Kineto's CUPTI range-profiler events (source category
   ``cuda_profiler_range``, one interval per kernel, the counter values in ``args``).
 
@@ -38,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import Param, Result
 from traceatlas.analysis.requirements import DEVICE_WORK
+from traceatlas.io.kineto_memory import MEMORY_SERIES
 
 if TYPE_CHECKING:
     import polars as pl
@@ -91,7 +94,8 @@ def _gpu_metrics(trace: Trace) -> pl.DataFrame:
         trace.counters.join(tracks, on=["rank", "track_id"])
         .select("rank", "track_id", "device", pl.col("name").cast(pl.String).alias("counter"),
                 "ts_ns", "value")
-        .filter(pl.col("value").is_not_null())
+        .filter(pl.col("value").is_not_null()
+                & ~pl.col("counter").str.contains(MEMORY_SERIES))
         .sort([*SERIES, "ts_ns"])
         .with_columns(seg=(pl.col("value") * by).fill_null(0.0))
         .with_columns(F=(pl.col("seg").cum_sum() - pl.col("seg")).over(SERIES),

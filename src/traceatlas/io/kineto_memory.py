@@ -79,6 +79,10 @@ class _Device:
         return -1 if self.dtype == 0 else self.index
 
 
+MEMORY_SERIES = r" memory (allocated|reserved) \(bytes\)$"
+"""Regex matching the counter series names ``series_name`` gives (bytes, not GPU metrics)."""
+
+
 def series_name(label: str, series: str) -> str:
     """Counter series name, e.g. ``GPU 0 memory allocated (bytes)``."""
     return f"{label} memory {series} (bytes)"
