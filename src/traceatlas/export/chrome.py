@@ -21,6 +21,10 @@ What is written, per rank (``pid`` = rank, ``process_name`` "rank N"):
   ``distributedInfo {rank, world_size}`` (plus the rank's other source metadata keys)
   when the file holds one rank.
 
+``critical_path="true"`` (``-p critical_path=true [--step N]``): the events on the critical
+path get ``args.on_critical_path`` and flow arrows (cat ``critical_path``) join consecutive
+path segments (``export/critical_marks.py``).
+
 Messages have no Chrome equivalent and are not written (a DataQualityWarning says how
 many). Tables are streamed in record batches; files are written to a temporary name and
 renamed, so nothing is left behind on error. ``split_ranks`` (or ``out`` an existing
@@ -53,6 +57,7 @@ from traceatlas.ops.nesting import free_row_depth, sort_for_nesting, stack_depth
 from traceatlas.store.layout import part_path
 
 if TYPE_CHECKING:
+    from traceatlas.export.critical_marks import CriticalMarks
     from traceatlas.model.trace import Trace
 
 IntArray = npt.NDArray[np.int64]
@@ -109,11 +114,24 @@ class ChromeExporter:
 
     name = "chrome"
     description = "Chrome Trace Event JSON for Perfetto / chrome://tracing (.json, .json.gz)"
+    params: Mapping[str, tuple[str, ...]] = {"critical_path": ("true", "false")}
 
-    def write(self, trace: Trace, out: Path, *, split_ranks: bool | None = None) -> list[Path]:
+    def write(self, trace: Trace, out: Path, *, split_ranks: bool | None = None,
+              critical_path: str = "false", step: int | None = None) -> list[Path]:
         """Write ``trace`` to the file ``out``, or one file per rank into the directory
-        ``out`` (``split_ranks``; the default splits when ``out`` is a directory)."""
+        ``out`` (``split_ranks``; the default splits when ``out`` is a directory).
+        ``critical_path="true"``: the path of the trace (or of ``step``) marked
+        (``export/critical_marks.py``)."""
         import polars as pl
+
+        marks = None
+        if critical_path == "true":
+            from traceatlas.export.critical_marks import critical_marks
+
+            marks = critical_marks(trace, step)
+        elif step is not None:
+            raise InputError("--step", "export uses --step only with -p critical_path=true "
+                             "(use traceatlas filter --step to cut a step out)")
 
         out = Path(out)
         split = out.is_dir() if split_ranks is None else split_ranks
@@ -124,17 +142,18 @@ class ChromeExporter:
                           "has no point-to-point message events)", DataQualityWarning,
                           stacklevel=2)
         if split:
-            return _write_split(trace, out, base)
+            return _write_split(trace, out, base, marks)
         target = tempfiles.replaceable_file(
             out, hint="use --split-ranks to write one file per rank")
-        _write_atomic(trace, target, trace.ranks, base)
+        _write_atomic(trace, target, trace.ranks, base, marks)
         return [out]
 
 
 # -- files -------------------------------------------------------------------------------
 
 
-def _write_split(trace: Trace, out: Path, base: int) -> list[Path]:
+def _write_split(trace: Trace, out: Path, base: int,
+                 marks: CriticalMarks | None = None) -> list[Path]:
     if out.exists() and not out.is_dir():
         raise InputError(out, "exists and is not a directory (--split-ranks writes a directory)")
     created = not out.exists()
@@ -145,7 +164,7 @@ def _write_split(trace: Trace, out: Path, base: int) -> list[Path]:
             final = out / f"rank-{rank}.json.gz"
             tmp = _tmp_name(final)
             done.append((tmp, final))
-            _write_file(trace, tmp, final.name, [rank], base)
+            _write_file(trace, tmp, final.name, [rank], base, marks)
         for tmp, final in done:
             os.replace(tmp, final)
     except BaseException:
@@ -157,11 +176,12 @@ def _write_split(trace: Trace, out: Path, base: int) -> list[Path]:
     return [final for _, final in done]
 
 
-def _write_atomic(trace: Trace, out: Path, ranks: list[int], base: int) -> Path:
+def _write_atomic(trace: Trace, out: Path, ranks: list[int], base: int,
+                  marks: CriticalMarks | None = None) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_name(out)
     try:
-        _write_file(trace, tmp, out.name, ranks, base)
+        _write_file(trace, tmp, out.name, ranks, base, marks)
         os.replace(tmp, out)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -174,7 +194,8 @@ def _tmp_name(final: Path) -> Path:
     return tempfiles.sibling(final, "tmp")
 
 
-def _write_file(trace: Trace, tmp: Path, name: str, ranks: list[int], base: int) -> None:
+def _write_file(trace: Trace, tmp: Path, name: str, ranks: list[int], base: int,
+                marks: CriticalMarks | None = None) -> None:
     """Write the JSON text of ``ranks`` to ``tmp`` (gzip when ``name`` ends in .gz)."""
     opener: Any = (lambda p: gzip.GzipFile(p, "wb", compresslevel=GZIP_LEVEL, mtime=0)) \
         if name.endswith(".gz") else (lambda p: open(p, "wb"))  # noqa: SIM115
@@ -184,7 +205,7 @@ def _write_file(trace: Trace, tmp: Path, name: str, ranks: list[int], base: int)
                                  for k, v in top.items()) + b'"traceEvents":[\n')
         sink = _Sink(fh)
         for rank in ranks:
-            _write_rank(trace, rank, base, sink)
+            _write_rank(trace, rank, base, sink, marks)
         fh.write(b"\n]}\n")
 
 
@@ -293,14 +314,17 @@ def _batches(trace: Trace, table: str, rank: int, columns: list[str]) -> Iterato
     yield from parquet.iter_batches(batch_size=BATCH_ROWS, columns=present)
 
 
-def _write_rank(trace: Trace, rank: int, base: int, sink: _Sink) -> None:
+def _write_rank(trace: Trace, rank: int, base: int, sink: _Sink,
+                marks: CriticalMarks | None = None) -> None:
     tracks = _tracks(trace, rank)
     lanes = _Lanes.of(trace, rank, tracks)
     sink.write(_metadata_events(rank, tracks, lanes))
-    _write_intervals(trace, rank, base, lanes, sink)
+    _write_intervals(trace, rank, base, lanes, sink, marks)
     _write_instants(trace, rank, base, lanes, sink)
     _write_counters(trace, rank, base, lanes, sink)
     _write_flows(trace, rank, base, lanes, sink)
+    if marks is not None:
+        sink.write(marks.flow_events(rank, lanes.tids_at, base))
 
 
 def _tracks(trace: Trace, rank: int) -> dict[int, tuple[str, str]]:
@@ -419,7 +443,8 @@ def _tids(batch: pa.RecordBatch) -> IntArray:
     return out
 
 
-def _write_intervals(trace: Trace, rank: int, base: int, lanes: _Lanes, sink: _Sink) -> None:
+def _write_intervals(trace: Trace, rank: int, base: int, lanes: _Lanes, sink: _Sink,
+                     marks: CriticalMarks | None = None) -> None:
     """X events, built column-wise with Arrow compute (no Python work per row unless
     args lack a column's key)."""
     cols = ["track_id", "start_ns", "end_ns", "name", "category", "source_category", "args",
@@ -433,6 +458,8 @@ def _write_intervals(trace: Trace, rank: int, base: int, lanes: _Lanes, sink: _S
         start = batch.column("start_ns").to_numpy(zero_copy_only=False).astype(np.int64)
         end = batch.column("end_ns").to_numpy(zero_copy_only=False).astype(np.int64)
         args = _merged_args(batch)
+        if marks is not None:
+            args = marks.args(rank, offset - n, args)
         text = pc.binary_join_element_wise(
             ',\n{"ph":"X","cat":', _category_text(batch), ',"name":',
             _string_text(batch.column("name")), f',"pid":{rank},"tid":', _digits(tid),
