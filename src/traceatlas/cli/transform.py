@@ -41,13 +41,22 @@ def export(
         "--split-ranks", help="chrome: one rank-<r>.json.gz per rank in the directory OUT "
         "(without it, OUT must not be a directory)")] = False,
     param: Annotated[list[str] | None, typer.Option(
-        "--param", "-p", help="KEY=VALUE for the format, e.g. folded: value=host|device")
+        "--param", "-p", help="KEY=VALUE for the format, e.g. folded: value=host|device; "
+        "chrome: critical_path=true (the critical path marked: args and flow arrows)")
     ] = None,
+    step: Annotated[int | None, typer.Option(
+        "--step", help="chrome -p critical_path=true: the path of this step (default: "
+        "the whole trace); the whole trace is written either way")] = None,
     engine: EngineOpt = "local",
 ) -> None:
     """Write a trace in another tool's format: chrome (Perfetto JSON; gzip if OUT ends .gz), paraver, folded, speedscope."""  # noqa: E501
     exporter = get_exporter(to)
-    options = export_params(to, exporter, param or [])
+    options: dict[str, Any] = dict(export_params(to, exporter, param or []))
+    if step is not None:
+        if options.get("critical_path") != "true":
+            raise InputError("--step", "export uses --step only with --to chrome -p "
+                             "critical_path=true (traceatlas filter --step cuts a step out)")
+        options["step"] = step
     if not split_ranks and out.is_dir():  # a file may be overwritten, a directory never
         raise InputError(out, "is a directory; choose another -o" + (
             " (or --split-ranks to write one file per rank into it)" if to == "chrome" else ""))
@@ -59,7 +68,7 @@ def export(
         if not isinstance(exporter, ChromeExporter):
             raise InputError("--split-ranks", f"only for --to chrome, not {to}")
         with writing(out):
-            files = exporter.write(trace, out, split_ranks=True)
+            files = exporter.write(trace, out, split_ranks=True, **options)
     else:
         with writing(out):
             files = getattr(exporter, "write")(trace, out, **options)  # noqa: B009
