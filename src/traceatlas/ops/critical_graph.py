@@ -148,8 +148,8 @@ class Builder:
         has_in[e["dst"]] = True
         lone = np.flatnonzero(~has_in)
         is_dev = np.zeros(len(t), bool)
-        cat = self.events["category"].to_numpy()
-        dev_eid = self.events["eid"].to_numpy()[np.isin(cat, DEVICE)]
+        dev_eid = self.events["eid"].to_numpy()[
+            self.events["category"].is_in(DEVICE).to_numpy()]
         is_dev[self.start_node[dev_eid]] = True
         bound = np.where(is_dev[lone], B["kernel_gap"], B["cpu"]).astype(np.int64)
         src = Edges()
@@ -250,14 +250,14 @@ def host_chains(b: Builder, extra: pl.DataFrame) -> None:
     i = np.flatnonzero(same[1:])
     src, dst = ids[i], ids[i + 1]
     gap = t_sorted[i + 1] - t_sorted[i]
-    cat = ev["category"].to_numpy()
+    ev_mpi = (ev["category"] == "mpi").to_numpy()
     own = owner[i]
-    own_cat = np.where(own >= 0, cat[np.maximum(own, 0)], "")
+    own_mpi = (own >= 0) & ev_mpi[np.maximum(own, 0)]
     ev_sync = (ev["category"].is_in(("runtime", "driver"))
                & ev["name"].str.contains(SYNC_CALL_RE)).to_numpy()
     own_sync = (own >= 0) & ev_sync[np.maximum(own, 0)]
     bound = np.where(dl_cov[i], B["data_load"],
-                     np.where(own_cat == "mpi", B["comm"],
+                     np.where(own_mpi, B["comm"],
                               np.where(own_sync, B["sync"], B["cpu"]))).astype(np.int64)
     b.edges.add(src, dst, gap, "chain", bound, own)
 

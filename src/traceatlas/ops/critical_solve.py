@@ -8,24 +8,23 @@ what-if speedups. Times in ns.
 - Forward pass: ``t(v) = max over edges (t(u) + w)`` in time order, ``w`` = the observed
   gap on the binding edge and ``wmin`` elsewhere, each divided by the speedup where the
   what-if applies. With no speedup it reproduces the observed times, so "before" equals
-  the region length. A plain loop over nodes with at least one incoming edge, on Python
-  lists (numba-free; measured in bench/bench_critical_path.py).
+  the region length. Nodes with one incoming edge follow by cumulative sums along runs
+  of consecutive ids (host chains, streams) and pointer jumping between runs; only
+  *joins* (nodes with several incoming edges) are visited in a Python loop (measured in
+  bench/bench_critical_path.py). The per-node loop it replaces is kept as the reference
+  in tests/unit/test_critical_path_solver.py.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from traceatlas.errors import InputError
-from traceatlas.ops.critical_graph import BOUNDS, PRIORITY, B, Graph, K
-
-if TYPE_CHECKING:
-    pass
+from traceatlas.ops.critical_graph import BOUNDS, KINDS, PRIORITY, B, Graph, K
 
 I64 = npt.NDArray[np.int64]
 WORK_BOUNDS = (B["cpu"], B["gpu_compute"], B["gpu_comm"], B["data_load"], B["comm"])
@@ -68,41 +67,81 @@ def parse_speedup(text: str) -> Speedup:
 
 
 def binding(g: Graph) -> I64:
-    """Node -> index of its binding incoming edge (-1 for the source)."""
+    """Node -> index of its binding incoming edge (-1 for the source). A node with one
+    incoming edge binds to it; the edges into join nodes (several incoming edges) are
+    sorted once (score, priority, later source, then edge order)."""
     e = g.edges
-    score = g.t_ns[e["src"]] + e["wmin"]
-    prio = np.vectorize(lambda k: PRIORITY.get(int(k), 0), otypes=[np.int64])(
-        np.arange(len(K)))[e["kind"]] if len(e["kind"]) else np.empty(0, np.int64)
-    order = np.lexsort((g.t_ns[e["src"]], prio, score, e["dst"]))
-    dst = e["dst"][order]
+    n = len(g.t_ns)
+    out = np.full(n, -1, np.int64)
+    dst_all = e["dst"]
+    if not len(dst_all):
+        return out
+    indeg = np.bincount(dst_all, minlength=n)
+    multi = indeg[dst_all] > 1
+    single = np.flatnonzero(~multi)
+    out[dst_all[single]] = single
+    m = np.flatnonzero(multi)
+    if not len(m):
+        return out
+    prio_of = np.zeros(len(KINDS), np.int64)
+    for k, p in PRIORITY.items():
+        prio_of[k] = p
+    src = e["src"][m]
+    ts = g.t_ns[src]
+    score = ts + e["wmin"][m]
+    order = np.lexsort((ts, prio_of[e["kind"][m]], score, dst_all[m]))
+    dst = dst_all[m][order]
     last = np.ones(len(order), bool)
     last[:-1] = dst[1:] != dst[:-1]
-    out = np.full(len(g.t_ns), -1, np.int64)
-    out[dst[last]] = order[last]
+    out[dst[last]] = m[order[last]]
     return out
 
 
+def _run_heads(parent: I64) -> I64:
+    """For each node, the first node of its run: the largest ``h <= v`` such that every
+    node in ``(h, v]`` has ``parent == itself - 1`` (node ids are allocated along
+    chains, so a host thread or a stream is mostly one run)."""
+    n = len(parent)
+    idx = np.arange(n, dtype=np.int64)
+    consec = parent == idx - 1
+    consec[0] = False
+    return np.maximum.accumulate(np.where(consec, 0, idx))
+
+
 def path_edges(g: Graph, bind: I64) -> I64:
-    """Edge indices of the critical path, in time order."""
+    """Edge indices of the critical path, in time order. The walk back jumps over runs
+    of consecutive nodes bound to their predecessor (one step per run, not per node)."""
     n = len(g.t_ns)
     if n <= 1:
         return np.empty(0, np.int64)
+    e = g.edges
     is_end = np.zeros(n, bool)
-    is_end[g.edges["dst"][g.edges["kind"] == K["duration"]]] = True
-    is_end[g.edges["dst"][(g.edges["kind"] == K["collective"])
-                          & (g.edges["bound"] == B["gpu_comm"])]] = True
-    cand = np.lexsort((np.arange(n), is_end, g.t_ns))
-    v = int(cand[-1])
-    src_l = g.edges["src"].tolist()
+    is_end[e["dst"][e["kind"] == K["duration"]]] = True
+    is_end[e["dst"][(e["kind"] == K["collective"]) & (e["bound"] == B["gpu_comm"])]] = True
+    # the latest node; on ties an end of device work, then the highest id
+    best = g.t_ns.max()
+    top = np.flatnonzero(g.t_ns == best)
+    ends = top[is_end[top]]
+    v = int(ends[-1] if len(ends) else top[-1])
+    parent = np.where(bind >= 0, e["src"][np.maximum(bind, 0)], -1)
+    head = _run_heads(parent).tolist()
+    src_l = e["src"].tolist()
     bind_l = bind.tolist()
-    out: list[int] = []
+    pieces: list[I64] = []
     while v != 0:
-        e = bind_l[v]
-        if e < 0:
+        h = head[v]
+        if h < v:
+            pieces.append(bind[h + 1:v + 1])
+        if h == 0:
             break
-        out.append(e)
-        v = src_l[e]
-    return np.asarray(out[::-1], np.int64)
+        b = bind_l[h]
+        if b < 0:
+            break
+        pieces.append(np.array([b], np.int64))
+        v = src_l[b]
+    if not pieces:
+        return np.empty(0, np.int64)
+    return np.concatenate(pieces[::-1])
 
 
 def weights(g: Graph, bind: I64, scaled: npt.NDArray[np.bool_] | None,
@@ -118,33 +157,71 @@ def weights(g: Graph, bind: I64, scaled: npt.NDArray[np.bool_] | None,
 
 
 def forward(g: Graph, w: I64) -> int:
-    """Length (ns) of the longest path from the source with edge weights ``w``."""
+    """Length (ns) of the longest path from the source with edge weights ``w``.
+
+    A node with one incoming edge is its predecessor's time plus the weight, so every
+    node is ``T(root) + offset`` where ``root`` is its nearest ancestor with several
+    incoming edges (a *join*: launches meet stream order, syncs, collectives) or none:
+    runs of consecutive node ids by cumulative sums, the jumps between runs by pointer
+    jumping. Only joins are visited in a loop, in time order."""
     n = len(g.t_ns)
     if n <= 1:
         return 0
     e = g.edges
-    order = np.lexsort((np.arange(n), g.t_ns))
-    pos = np.empty(n, np.int64)
-    pos[order] = np.arange(n)
-    by_dst = np.argsort(pos[e["dst"]], kind="stable")
-    dst_pos = pos[e["dst"]][by_dst]
-    ptr = np.searchsorted(dst_pos, np.arange(n + 1))
-    src_l = e["src"][by_dst].tolist()
-    w_l = w[by_dst].tolist()
-    ptr_l = ptr.tolist()
-    t = [0] * n
-    order_l = order.tolist()
-    for p in range(n):
-        lo, hi = ptr_l[p], ptr_l[p + 1]
-        if lo == hi:
-            continue
-        best = t[src_l[lo]] + w_l[lo]
-        for k in range(lo + 1, hi):
-            x = t[src_l[k]] + w_l[k]
-            if x > best:
-                best = x
-        t[order_l[p]] = best
-    return max(t)
+    src_a, dst_a = e["src"], e["dst"]
+    indeg = np.bincount(dst_a, minlength=n) if len(dst_a) else np.zeros(n, np.int64)
+    one = indeg == 1
+    parent = np.full(n, -1, np.int64)
+    c = np.zeros(n, np.int64)
+    k1 = np.flatnonzero(one[dst_a])
+    parent[dst_a[k1]] = src_a[k1]
+    c[dst_a[k1]] = w[k1]
+    idx = np.arange(n, dtype=np.int64)
+    head = _run_heads(parent)
+    consec = head != idx
+    cw = np.cumsum(np.where(consec, c, 0))
+    off_run = cw - cw[head]
+    # heads: roots (indegree != 1) anchor themselves; others hang off their parent's run
+    anc = idx.copy()
+    off_h = np.zeros(n, np.int64)
+    hs = np.flatnonzero(~consec & one)
+    anc[hs] = head[parent[hs]]
+    off_h[hs] = off_run[parent[hs]] + c[hs]
+    is_root = ~one
+    todo = hs[~is_root[anc[hs]]]
+    while len(todo):
+        a = anc[todo]
+        off_h[todo] = off_h[todo] + off_h[a]
+        anc[todo] = anc[a]
+        todo = todo[~is_root[anc[todo]]]
+    root = anc[head]
+    off = off_h[head] + off_run
+    joins = np.flatnonzero(indeg > 1)
+    t_root = np.zeros(n, np.int64)
+    if len(joins):
+        order = np.lexsort((joins, g.t_ns[joins]))
+        joins = joins[order]
+        rank_of = np.full(n, -1, np.int64)
+        rank_of[joins] = np.arange(len(joins))
+        kj = np.flatnonzero(indeg[dst_a] > 1)
+        kj = kj[np.argsort(rank_of[dst_a[kj]], kind="stable")]
+        ptr = np.searchsorted(rank_of[dst_a[kj]], np.arange(len(joins) + 1)).tolist()
+        # times of joins by their rank in time order; slot len(joins): roots without
+        # an incoming edge (time 0)
+        r_of = rank_of[root[src_a[kj]]]
+        r_l = np.where(r_of < 0, len(joins), r_of).tolist()
+        c_l = (off[src_a[kj]] + w[kj]).tolist()
+        t = [0] * (len(joins) + 1)
+        for i in range(len(joins)):
+            lo, hi = ptr[i], ptr[i + 1]
+            best = t[r_l[lo]] + c_l[lo]
+            for k in range(lo + 1, hi):
+                x = t[r_l[k]] + c_l[k]
+                if x > best:
+                    best = x
+            t[i] = best
+        t_root[joins] = t[:-1]
+    return int((t_root[root] + off).max())
 
 
 def speedup_mask(g: Graph, sp: Speedup) -> npt.NDArray[np.bool_]:
