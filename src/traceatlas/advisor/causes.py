@@ -24,6 +24,7 @@ CAUSES: Mapping[str, str] = {
     "gpu_bound": "the GPU is the bottleneck (busy)",
     "bimodal_kernel": "a kernel with two duration modes",
     "low_tensor_use": "tensor cores mostly unused",
+    "below_roofline": "ops far below their roofline (compute or memory peak)",
     "memory_growth": "memory growing step after step",
     "memory_peak": "peak memory near the device's capacity",
     "memory_fragmentation": "memory reserved by the allocator but not allocated",
@@ -42,6 +43,7 @@ RULE_CAUSE: Mapping[str, str] = {
     "late_sender": "late_sender",
     "bimodal": "bimodal_kernel",
     "low_tensor": "low_tensor_use",
+    "roofline": "below_roofline",
     "efficiency": "inefficiency",
     "gpu_bound": "gpu_bound",
 }

@@ -25,6 +25,7 @@ RULES: Mapping[str, str] = {
     "late_sender": "traceatlas.advisor.late_sender:check",
     "bimodal": "traceatlas.advisor.bimodal:check",
     "low_tensor": "traceatlas.advisor.low_tensor:check",
+    "roofline": "traceatlas.advisor.roofline:check",
     "memory_peak": "traceatlas.advisor.memory_peak:check",
     "memory_leak": "traceatlas.advisor.memory_leak:check",
     "memory_fragmentation": "traceatlas.advisor.memory_fragmentation:check",

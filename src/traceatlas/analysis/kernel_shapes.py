@@ -21,19 +21,30 @@ INPUT_DIMS = r'"Input Dims"\s*:\s*(\[(?:[^\[\]]|\[(?:[^\[\]]|\[[^\[\]]*\])*\])*\
 """``"Input Dims": [...]`` with lists nested up to three deep (tensor lists), as text."""
 
 
-def with_shapes(intervals: pl.LazyFrame, kernels: pl.LazyFrame) -> pl.LazyFrame:
-    """``kernels`` (with ``rank``, ``correlation``, ``external_id``) plus ``shape``:
-    the launching op's ``Input Dims`` text, or null."""
+def with_op(intervals: pl.LazyFrame, kernels: pl.LazyFrame,
+            column: str = "op_external_id") -> pl.LazyFrame:
+    """``kernels`` (with ``rank``, ``correlation``, ``external_id``) plus ``column``: the
+    ``external_id`` of the op that launched each kernel (through its launch call), or
+    null. The op itself is the ``cpu_op`` row of that rank and ``external_id``."""
     import polars as pl
 
     cat = pl.col("category").cast(pl.String)
     launches = (intervals.filter(cat.is_in(LAUNCH_CATEGORIES)
                                  & pl.col("correlation").is_not_null()
                                  & pl.col("external_id").is_not_null())
-                .select("rank", "correlation", pl.col("external_id").alias("_op"))
+                .select("rank", "correlation", pl.col("external_id").alias(column))
                 .unique(["rank", "correlation"], keep="first"))
-    linked = kernels.join(launches, on=["rank", "correlation"], how="left").with_columns(
-        _op=pl.coalesce("_op", "external_id"))
+    return kernels.join(launches, on=["rank", "correlation"], how="left").with_columns(
+        pl.coalesce(column, "external_id").alias(column))
+
+
+def with_shapes(intervals: pl.LazyFrame, kernels: pl.LazyFrame) -> pl.LazyFrame:
+    """``kernels`` (with ``rank``, ``correlation``, ``external_id``) plus ``shape``:
+    the launching op's ``Input Dims`` text, or null."""
+    import polars as pl
+
+    cat = pl.col("category").cast(pl.String)
+    linked = with_op(intervals, kernels, "_op")
     ops = (intervals.filter((cat == "cpu_op") & pl.col("external_id").is_not_null())
            .select("rank", pl.col("external_id").alias("_op"), "args")
            .join(linked.select("rank", "_op").unique(), on=["rank", "_op"], how="semi")

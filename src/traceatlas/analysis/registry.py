@@ -42,6 +42,7 @@ ANALYSES: Mapping[str, str] = {
     "advisor": "traceatlas.analysis.advisor:Advisor",
     "critical_path": "traceatlas.analysis.critical_path:CriticalPath",
     "tree": "traceatlas.analysis.tree:Tree",
+    "roofline": "traceatlas.analysis.roofline:Roofline",
 }
 """Analysis name -> ``module:Class``; imported lazily."""
 
