@@ -23,14 +23,14 @@ COLS = ("self_increase_bytes", "self_alloc_bytes", "self_alloc_count", "increase
         "alloc_bytes", "alloc_count")
 
 LEAK = "h100-planted/leak/rank-0.json.gz"  # PyTorch 2.11: Addr, Total Allocated
-LEAK_PEAKS = {"CPU": 65664, "GPU0": 2628809216}
+LEAK_PEAKS = {"CPU": 65664, "GPU 0": 2628809216}
 LEAK_OPS = {
     ("CPU", "aten::empty"): (196992, 196992, 48, 196992, 196992, 48),
     ("CPU", "aten::randint"): (0, 0, 0, 196992, 196992, 48),
-    ("GPU0", "autograd::engine::evaluate_function: AddmmBackward0"):
+    ("GPU 0", "autograd::engine::evaluate_function: AddmmBackward0"):
         (-3623878656, 0, 0, -1610170368, 9261514752, 480),
-    ("GPU0", "aten::sum"): (442368, 7248248832, 288, 442368, 7248248832, 288),
-    ("GPU0", "aten::empty_strided"): (5890332672, 5890332672, 672, 5890332672, 5890332672,
+    ("GPU 0", "aten::sum"): (442368, 7248248832, 288, 442368, 7248248832, 288),
+    ("GPU 0", "aten::empty_strided"): (5890332672, 5890332672, 672, 5890332672, 5890332672,
                                       672),
 }
 RESNET = ("kineto-tb_plugin/samples/resnet50_num_workers_0/"
@@ -38,10 +38,10 @@ RESNET = ("kineto-tb_plugin/samples/resnet50_num_workers_0/"
 RESNET_OPS = {
     ("CPU", "aten::div"): (115604736, 115605552, 198, 115605504, 115606320, 390),
     ("CPU", "aten::to"): (0, 0, 0, 115606272, 115606272, 384),
-    ("GPU0", "aten::empty"): (34000779264, 34000779264, 2694, 34000779264, 34000779264,
+    ("GPU 0", "aten::empty"): (34000779264, 34000779264, 2694, 34000779264, 34000779264,
                               2694),
-    ("GPU0", "aten::cudnn_convolution_backward"): (0, 0, 0, 8717432832, 21368438784, 924),
-    ("GPU0", "CudnnConvolutionBackward"): (0, 0, 0, 8717432832, 21368438784, 924),
+    ("GPU 0", "aten::cudnn_convolution_backward"): (0, 0, 0, 8717432832, 21368438784, 924),
+    ("GPU 0", "CudnnConvolutionBackward"): (0, 0, 0, 8717432832, 21368438784, 924),
 }
 
 

@@ -1,8 +1,8 @@
 """``memory``: where the device memory went (Kineto ``profile_memory=True`` traces).
 
-Per rank and device (``CPU``, ``GPU<id>``), from the ``[memory]`` events
-(``analysis.memory_events``); bytes and ns throughout. Definitions: docs/definitions.md,
-"Memory".
+Per rank and device (``CPU``, ``GPU 0``: the memory counter tracks' names), from the
+``[memory]`` events (``analysis.memory_events``); bytes and ns throughout. Definitions:
+docs/definitions.md, "memory".
 
 Main table ``peaks``: ``peak_allocated_bytes`` (the largest ``Total Allocated``, as the
 TensorBoard plugin's peak) and the first time it is reached (``peak_ns``), the ``step``,
@@ -21,7 +21,9 @@ same including children, ``increase_bytes``), ``unfreed`` (allocations never fre
 trace, by op and annotation), ``steps`` (per step: allocated and reserved bytes at its
 start, ``growth_bytes`` from the previous step start, ``allocations`` and ``alloc_bytes`` in
 the step, ``carried_bytes`` allocated in the step and still live at its end, ``top_carrier``
-the op carrying most), ``carried`` (the same carry per step and op).
+the op carrying most), ``carried`` (the same carry per step and op), ``allocations``
+(every event: ``time_ns``, ``addr``, signed ``bytes``, ``action`` alloc|free, ``op``,
+``annotation``, ``step``, ``paired_time_ns`` of the matching free or allocation).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ if TYPE_CHECKING:
     from traceatlas.model.trace import Trace
 
 DEV = ["rank", "device_type", "device_id", "device"]
+GPU_TYPES = (1, 6)
+"""c10 device types whose size ``deviceProperties`` gives (CUDA, HIP)."""
 BEFORE_TRACE = "(before the trace)"
 REBUILT_NOTE = ("Total Allocated missing: rebuilt from the running sum of Bytes, relative to "
                 "the trace start")
@@ -59,7 +63,8 @@ class Memory:
     requires = ("intervals",)
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
-        """``peaks`` table; ``holders``, ``by_op``, ``unfreed``, ``steps``, ``carried``."""
+        """``peaks`` table; ``holders``, ``by_op``, ``unfreed``, ``steps``, ``carried``,
+        ``allocations``."""
         mem = events(trace)
         if mem.frame.height == 0:
             raise MissingDataError(self.name, "this trace has no [memory] events (record "
@@ -77,7 +82,8 @@ class Memory:
         steps, carried = _steps(trace, mem.frame, allocs)
         return Result(peaks, extra={
             "holders": _holders(peaks, allocs), "by_op": by_op(trace, mem),
-            "unfreed": _unfreed(allocs), "steps": steps, "carried": carried}, notes=notes)
+            "unfreed": _unfreed(allocs), "steps": steps, "carried": carried,
+            "allocations": allocations(mem.frame, allocs)}, notes=notes)
 
 
 def _device_totals(trace: Trace) -> pl.DataFrame:
@@ -129,10 +135,12 @@ def _peaks(trace: Trace, mem: MemoryEvents, allocs: pl.DataFrame) -> pl.DataFram
     counts = ev.group_by(DEV).agg(pl.len().cast(pl.Int64).alias("events"))
     live = (_live_at(allocs, at_peak).group_by(DEV)
             .agg(pl.col("bytes").sum().alias("live_at_peak_bytes")))
-    totals = _device_totals(trace).with_columns(device_type=pl.lit(1, pl.Int64))
+    totals = _device_totals(trace)
     out = (at_peak.join(reserved, on=DEV, how="left").join(counts, on=DEV, how="left")
            .join(live, on=DEV, how="left")
-           .join(totals, on=["rank", "device_type", "device_id"], how="left")
+           .join(totals, on=["rank", "device_id"], how="left")
+           .with_columns(device_total_bytes=pl.when(pl.col("device_type").is_in(GPU_TYPES))
+                         .then("device_total_bytes"))
            .with_columns(pl.col("live_at_peak_bytes").fill_null(0),
                          fragmentation_bytes=pl.col("reserved_at_peak_bytes")
                          - pl.col("peak_allocated_bytes"),
@@ -205,6 +213,27 @@ def by_op(trace: Trace, mem: MemoryEvents) -> pl.DataFrame:
         .sort(["rank", "device_type", "device_id", "alloc_bytes", "op"],
               descending=[False, False, False, True, False]))
     return table
+
+
+def allocations(ev: pl.DataFrame, allocs: pl.DataFrame) -> pl.DataFrame:
+    """One row per ``[memory]`` event in event order: ``time_ns``, ``addr``, ``bytes``
+    (signed: negative for a free), ``action`` (``alloc`` bytes > 0, ``free`` bytes < 0,
+    null for 0), ``op``, ``annotation``, ``step``; ``paired_time_ns`` the time of the
+    matching free (for an allocation) or allocation (for a free), null when the trace holds
+    none (freed after the trace, allocated before it, or no ``Addr``)."""
+    import polars as pl
+
+    pairs = allocs.filter(pl.col("free_seq").is_not_null())
+    to_free = pairs.select("seq", pl.col("free_ns").alias("_to_free"))
+    to_alloc = pairs.select(pl.col("free_seq").alias("seq"), pl.col("ts_ns").alias("_to_alloc"))
+    return (ev.join(to_free, on="seq", how="left").join(to_alloc, on="seq", how="left")
+            .sort("seq")
+            .select(*DEV, pl.col("ts_ns").alias("time_ns"), "addr", "bytes",
+                    pl.when(pl.col("bytes") > 0).then(pl.lit("alloc"))
+                    .when(pl.col("bytes") < 0).then(pl.lit("free"))
+                    .otherwise(pl.lit(None, pl.String)).alias("action"),
+                    "op", "annotation", "step",
+                    pl.coalesce("_to_free", "_to_alloc").alias("paired_time_ns")))
 
 
 def _unfreed(allocs: pl.DataFrame) -> pl.DataFrame:

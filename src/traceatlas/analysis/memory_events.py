@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from traceatlas.analysis.syncs import NOT_USER_ANNOTATION_RE
+from traceatlas.io.kineto_memory import DEVICE_TYPES
 from traceatlas.ops.exclusive import parents
 
 if TYPE_CHECKING:
@@ -53,12 +54,14 @@ class MemoryEvents:
 
 
 def device_label(device_type: pl.Expr, device_id: pl.Expr) -> pl.Expr:
-    """``CPU``, ``GPU<id>`` (CUDA), else ``type <t> id <i>`` (the plugin's names)."""
+    """The readers' device names (``io.kineto_memory.device_label``): ``CPU``, ``GPU 0``
+    (CUDA and HIP), ``XPU 1``, ``device type 42 0`` for a type c10 does not name."""
     import polars as pl
 
-    return (pl.when(device_type == 0).then(pl.lit("CPU"))
-            .when(device_type == 1).then(pl.format("GPU{}", device_id))
-            .otherwise(pl.format("type {} id {}", device_type, device_id)))
+    kind = device_type.replace_strict(
+        DEVICE_TYPES, default=pl.format("device type {}", device_type),
+        return_dtype=pl.String)
+    return pl.when(device_type == 0).then(kind).otherwise(pl.format("{} {}", kind, device_id))
 
 
 def _raw(trace: Trace) -> pl.DataFrame:

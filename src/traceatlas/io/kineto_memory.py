@@ -70,13 +70,19 @@ class _Device:
 
     @property
     def label(self) -> str:
-        kind = DEVICE_TYPES.get(self.dtype, f"device type {self.dtype}")
-        return kind if self.dtype == 0 else f"{kind} {self.index}"
+        return device_label(self.dtype, self.index)
 
     @property
     def device(self) -> int:
         """The tracks table's device index: -1 for the CPU."""
         return -1 if self.dtype == 0 else self.index
+
+
+def device_label(dtype: int, index: int) -> str:
+    """A device's name in track, series and analysis output: ``CPU``, ``GPU 0`` (CUDA and
+    HIP), ``XPU 1``, ``device type 42 0`` for a type c10 does not name."""
+    kind = DEVICE_TYPES.get(dtype, f"device type {dtype}")
+    return kind if dtype == 0 else f"{kind} {index}"
 
 
 MEMORY_SERIES = r" memory (allocated|reserved) \(bytes\)$"
