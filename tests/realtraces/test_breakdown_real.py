@@ -29,7 +29,7 @@ pytestmark = pytest.mark.realtrace
 TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
 NCCL = re.compile(r"nccl|rccl", re.IGNORECASE)
 KINDS = {"kernel": "kernel", "Kernel": "kernel", "gpu_memcpy": "memory", "Memcpy": "memory",
-         "gpu_memset": "memory", "Memset": "memory"}
+         "gpu_memset": "memory", "Memset": "memory", "mtia_ccp_events": "kernel"}
 TOLERANCE_NS = 1_000
 Spans = list[tuple[int, int]]
 
@@ -62,6 +62,10 @@ def _kineto_reference(path: Path) -> list[tuple[int, int, int, int, int]]:
         kind = KINDS.get(e.get("cat", ""))
         if e.get("ph") != "X" or kind is None or "ts" not in e or "dur" not in e:
             continue
+        if e.get("cat") == "mtia_ccp_events":  # MTIA (test_mtia_real.py): DMA is memory,
+            if e["name"] in ("event_record", "event_wait", "pe_exe"):  # not device work
+                continue
+            kind = "memory" if "direction" in (e.get("args") or {}) else kind
         start = round(Decimal(e["ts"]) * 1000)
         span = (start, start + round(Decimal(e["dur"]) * 1000))
         device = (e.get("args") or {}).get("device")

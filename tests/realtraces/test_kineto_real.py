@@ -10,6 +10,8 @@ Expectations, per file:
 * device kernels: ``cat`` in {kernel, Kernel} -> intervals of category kernel or
   comm_kernel; comm_kernel are those whose name matches ``nccl|rccl`` (any case).
 * memcpy: ``cat`` in {gpu_memcpy, Memcpy}; memset: ``cat`` in {gpu_memset, Memset}.
+* MTIA ``mtia_ccp_events``: DMA requests (``args.direction``) are memcpy, the stream events
+  and wrappers of HTA's files (event_record, event_wait, pe_exe) neither, the rest kernels.
 * rocprof v1 (events without ``cat``): kernels are the X events on a process named
   ``GPU<n>`` by a ``process_name`` metadata event, memcpy those on the process ``COPY``.
 * every interval has ``end_ns >= start_ns``; the rank is ``distributedInfo.rank`` when
@@ -129,6 +131,11 @@ def _expected(doc: dict[str, Any]) -> Expected:
             return "memcpy"
         if cat in MEMSET_CATS:
             return "memset"
+        if cat == "mtia_ccp_events":  # MTIA: DMA requests (a direction) are memcpy;
+            if "direction" in (event.get("args") or {}):  # stream events and
+                return "memcpy"  # wrappers are not kernels (test_mtia_real.py)
+            return None if event.get("name") in ("event_record", "event_wait", "pe_exe") \
+                else "kernel"
         return None
 
     x_all = [e for e in events if e.get("ph") == "X"]

@@ -279,13 +279,15 @@ def _set_aside(
     outside the run), one warning and note per reason with counts by kind."""
     starts = complete["ts_ns"].to_numpy()
     ends = starts + np.maximum(complete["dur_ns"].to_numpy(), 0)
-    rest_ts = pc.drop_null(rest["ts_ns"]).to_numpy()
+    timed = ~pc.fill_null(pc.is_in(rest["ph"], value_set=pa.array(
+        time_outliers.UNTIMED_PHASES)), False).to_numpy(zero_copy_only=False)
+    rest_ts = pc.drop_null(rest["ts_ns"].filter(pa.array(timed))).to_numpy()
     window = time_outliers.run_window([starts, rest_ts], zero_ns=base_ns)
     if window is None:
         return complete, rest
     zero_x, far_x = window.outside(starts, ends)
     rest_starts = pc.fill_null(rest["ts_ns"], window.median_ns).to_numpy()
-    zero_r, far_r = window.outside(rest_starts)
+    zero_r, far_r = (side & timed for side in window.outside(rest_starts))
     if not (zero_x.any() or far_x.any() or zero_r.any() or far_r.any()):
         return complete, rest
     is_flow = pc.fill_null(pc.is_in(rest["ph"], value_set=pa.array(["s", "t", "f"])),

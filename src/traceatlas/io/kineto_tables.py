@@ -24,14 +24,17 @@ from traceatlas.io import kineto_memory
 from traceatlas.model.categories import (
     COMM_KERNEL_RE,
     KINETO_CATEGORIES,
+    MTIA_DEVICE_CATEGORY,
+    MTIA_DIRECTIONS,
     STEP_RE,
     category_from_process_name,
+    mtia_category,
 )
 from traceatlas.model.schema import DEVICE_CATEGORIES, empty_table
 from traceatlas.ops.nesting import nesting_depth, sort_for_nesting
 from traceatlas.ops.steps import step_of_launch, step_of_time
 
-DEVICE_SOURCE_CATEGORIES = frozenset({"mtia_ccp_events"})
+DEVICE_SOURCE_CATEGORIES = frozenset({MTIA_DEVICE_CATEGORY})
 _ACCELERATOR_LABEL = re.compile(r"^(GPU|MTIA|XPU|HPU|TPU|NPU)\b", re.IGNORECASE)
 _VIRTUAL_ROW = 1_000_000
 _HOST_CATEGORIES = ("cpu_op", "annotation", "runtime", "driver", "python", "step")
@@ -56,6 +59,7 @@ def build_tables(
         complete.schema.get_field_index("name"), "name",
         pc.dictionary_encode(pc.fill_null(complete["name"], "")),
     )
+    complete = _mtia_args(con, complete)
     category = _categories(complete, names["process"])
     n_inferred = pc.sum(pc.and_(pc.is_null(complete["cat"]),
                                 pc.not_equal(category, "other"))).as_py() or 0
@@ -106,7 +110,37 @@ def _categories(complete: pa.Table, process: dict[Any, str]) -> Any:
                        names, STEP_RE.pattern)))
     category = pc.if_else(pc.fill_null(comm, False), "comm_kernel",
                           pc.if_else(pc.fill_null(step, False), "step", base))
+    if "mtia_direction" in complete.column_names:  # MTIA device events: by their fields
+        mtia = pc.if_else(pc.is_valid(complete["mtia_direction"]), "memcpy", _per_name(
+            name, lambda names: pa.array([mtia_category(n) for n in names.to_pylist()],
+                                         pa.string())))
+        category = pc.if_else(pc.fill_null(
+            pc.equal(complete["cat"], MTIA_DEVICE_CATEGORY), False), mtia, category)
     return category
+
+
+def _mtia_args(con: duckdb.DuckDBPyConnection, complete: pa.Table) -> pa.Table:
+    """With MTIA device events present, add ``mtia_direction`` (a DMA request's
+    ``args.direction``) and ``mtia_size`` (its ``args.size``, bytes) to ``complete``:
+    parsed from the args text of those events only (DuckDB JSON), null elsewhere."""
+    mask = pc.fill_null(pc.equal(complete["cat"], MTIA_DEVICE_CATEGORY), False)
+    if not pc.any(mask).as_py():
+        return complete
+    mask = mask.combine_chunks() if isinstance(mask, pa.ChunkedArray) else mask
+    con.register("mtia_ev", pa.table({"args": pc.filter(complete["args"], mask)}))
+    got = con.sql(
+        "SELECT json_extract_string(args, '$.direction') AS direction, "
+        "TRY_CAST(json_extract(args, '$.size') AS BIGINT) AS size "
+        "FROM (SELECT row_number() OVER () AS i, args FROM mtia_ev) ORDER BY i"
+    ).to_arrow_table()
+    con.unregister("mtia_ev")
+    n = complete.num_rows
+    for column, values, kind in (("mtia_direction", got["direction"], pa.string()),
+                                 ("mtia_size", got["size"], pa.int64())):
+        full = pc.replace_with_mask(pa.nulls(n, kind), mask,
+                                    values.combine_chunks().cast(kind))
+        complete = complete.append_column(column, full)
+    return complete
 
 
 def _per_name(name: Any, fn: Callable[[pa.Array], pa.Array]) -> Any:
@@ -258,6 +292,8 @@ def _tracks(
         "tid": pa.array([k[1] for k in keys], pa.string()),
         "track_id": tracks["track_id"],
         "is_device": pa.array([k in ("gpu_stream", "device") for k in cols["kind"]], pa.bool_()),
+        "device": tracks["device"],
+        "stream": tracks["stream"],
     })
     return tracks, track_map
 
@@ -294,6 +330,17 @@ def _intervals(xv: pa.Table, track_map: pa.Table) -> pa.Table:
     dur = pc.max_element_wise(xv["dur_ns"], pa.scalar(0, pa.int64()))
     memcpy = _per_name(xv["name"], lambda names: pc.struct_field(
         pc.extract_regex(names, r"^Memcpy\s+(?P<kind>\w+)"), "kind"))
+    device, stream, size = on_device("device"), on_device("stream"), field("bytes")
+    if "mtia_direction" in xv.column_names:  # MTIA: direction, size; device/stream of track
+        mtia = pc.fill_null(pc.equal(xv["cat"], MTIA_DEVICE_CATEGORY), False)
+        direction = xv["mtia_direction"]
+        kind = _lookup(direction, MTIA_DIRECTIONS, "")  # unknown ones kept as written
+        memcpy = pc.if_else(mtia, pc.if_else(pc.equal(kind, ""), direction, kind), memcpy)
+        size = pc.if_else(mtia, pc.coalesce(size, xv["mtia_size"]), size)
+        device = pc.if_else(mtia, pc.coalesce(device, pc.take(
+            track_map["device"], row_track).cast(pa.int64())), device)
+        stream = pc.if_else(mtia, pc.coalesce(stream, pc.take(track_map["stream"], row_track)),
+                            stream)
     table = pa.table({
         "track_id": pc.take(track_map["track_id"], row_track),
         "start_ns": xv["ts_ns"],
@@ -304,9 +351,9 @@ def _intervals(xv: pa.Table, track_map: pa.Table) -> pa.Table:
         "source_category": xv["cat"],
         "correlation": field("correlation"),
         "external_id": field("External id"),
-        "device": on_device("device"),
-        "stream": on_device("stream"),
-        "bytes": field("bytes"),
+        "device": device,
+        "stream": stream,
+        "bytes": size,
         "collective": field("Collective name"),
         "process_group": field("Process Group Name"),
         "group_ranks": field("Process Group Ranks"),

@@ -16,6 +16,10 @@ and its scale the median absolute deviation ``d`` of those starts (both from at 
 
 Such events are not kept in any table; the reader warns once per reason with the
 counts and records the same in the store's data-quality notes. All times are int64 ns.
+
+Metadata events (Chrome phase ``M``: process and thread names, sort indices) carry no
+time of their own; Kineto often writes them at ``ts`` 0 (310,030 of them in HTA's MTIA
+trace). They neither locate the run nor count as outliers, and are always kept.
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ ZERO_FLOOR_NS = 10**9
 """Never set aside an event at the clock's zero within 1 s of the run's median start."""
 SAMPLE = 1 << 20
 """At most this many evenly spaced starts estimate the median and the deviation."""
+
+UNTIMED_PHASES = ("M",)
+"""Chrome phases whose ``ts`` means nothing (metadata): never outliers, never sampled."""
 
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 

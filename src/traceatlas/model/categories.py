@@ -59,3 +59,40 @@ def category_from_process_name(process_name: str | None) -> str | None:
         if pattern.search(process_name):
             return category
     return None
+
+
+MTIA_DEVICE_CATEGORY = "mtia_ccp_events"
+"""Kineto ``cat`` of the events an MTIA accelerator ran (one category for compute kernels,
+DMA transfers and stream events alike); split by ``mtia_category``."""
+
+MTIA_DIRECTIONS: dict[str, str] = {
+    "HOST_TO_DEVICE": "HtoD",
+    "DEVICE_TO_HOST": "DtoH",
+    "DEVICE_TO_DEVICE": "DtoD",
+    "HOST_TO_HOST": "HtoH",
+}
+"""MTIA DMA ``args.direction`` -> ``memcpy_kind`` (other directions are kept as written)."""
+
+MTIA_NAME_CATEGORIES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^dma", re.IGNORECASE), "memcpy"),
+    (re.compile(r"^event_(record|wait)$", re.IGNORECASE), "sync"),
+    (re.compile(r"^hccl", re.IGNORECASE), "comm_kernel"),
+    (re.compile(r"^(job_exe|packet|pe_exe|cpum_exe_subgraph|collective_subgraph_execution)",
+                re.IGNORECASE), "other"),
+)
+"""MTIA device event name -> category, first match wins; any other name is a compute
+``kernel``. HTA's patterns (``hta/common/types.py``): ``^dma`` is MTIA memory; ``^hccl``
+communication; the execution wrappers (``job_exe``, ``packet``, ``pe_exe``, ...) are
+neither compute nor memory. ``event_record``/``event_wait`` are stream events (``sync``,
+as Kineto's CUDA ``Event Sync``/``Stream Wait Event``)."""
+
+
+def mtia_category(name: str, has_direction: bool = False) -> str:
+    """Canonical category of an ``mtia_ccp_events`` event: a DMA request (an event with a
+    transfer ``direction`` in its args, or a ``dma*`` name) is ``memcpy``; else by name."""
+    if has_direction:
+        return "memcpy"
+    for pattern, category in MTIA_NAME_CATEGORIES:
+        if pattern.search(name):
+            return category
+    return "kernel"
