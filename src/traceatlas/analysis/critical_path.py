@@ -28,8 +28,10 @@ Extra tables: ``by_bound`` (bound, ns, share), ``by_rank`` (rank, ns, share,
 ``arrivals_last``: collective instances on the path whose last arrival was this rank,
 ``arrivals_last_all``: the same over every matched instance in the region),
 ``dependencies`` (edge kind, edges: how many launches, syncs, collectives ... the graph
-found), ``whatif`` (with ``speedup``: speedup, factor, edges_scaled, length_before_ns,
-length_after_ns, gain_ns, gain_pct). Times in ns.
+found), ``waits`` (rank, kind, instances, wait_ns: time ranks spent waiting beside the path
+at its collectives for the last arrival, and in receives for a late sender), ``whatif``
+(with ``speedup``: speedup, factor, edges_scaled, length_before_ns, length_after_ns,
+gain_ns, gain_pct). Times in ns.
 """
 
 from __future__ import annotations
@@ -95,7 +97,8 @@ class CriticalPath:
                  "by_rank": _by_rank(g, path, table, length),
                  "dependencies": pl.DataFrame(
                      {"kind": list(counts), "edges": list(counts.values())},
-                     schema={"kind": pl.String, "edges": pl.Int64})}
+                     schema={"kind": pl.String, "edges": pl.Int64}),
+                 "waits": _waits(g, path)}
         if speedup is not None:
             before = solve.forward(g, solve.weights(g, bind, None, 1.0))
             mask = solve.speedup_mask(g, speedup)
@@ -215,6 +218,39 @@ def _path_table(g: Graph, path: np.ndarray[Any, Any]) -> pl.DataFrame:
         .with_columns(on_path_ns=pl.col("end_ns") - pl.col("start_ns"))
         .filter(pl.col("on_path_ns") > 0))
     return out.select(PATH_COLUMNS)
+
+
+def _waits(g: Graph, path: np.ndarray[Any, Any]) -> pl.DataFrame:
+    """Per rank and kind, the time ranks spent waiting *beside* the path for the event
+    on it: at each collective instance on the path, every participant's last arrival
+    minus its own arrival (the last arrival waits 0); for each message on the path, the
+    send start minus the start of the receiving call, when positive (a late sender).
+    Columns rank, kind (``collective``/``message``), instances, wait_ns."""
+    import polars as pl
+
+    from traceatlas.ops.critical_graph import B, K
+
+    e = g.edges
+    pk, pb = e["kind"][path], e["bound"][path]
+    insts = np.unique(e["dst"][path[(pk == K["collective"]) & (pb == B["wait"])]])
+    on = np.zeros(len(g.t_ns), bool)
+    on[insts] = True
+    into = np.flatnonzero((e["kind"] == K["collective"]) & (e["bound"] == B["wait"])
+                          & on[e["dst"]])
+    c_rank = g.rank[e["src"][into]]
+    c_wait = np.maximum(g.t_ns[e["dst"][into]] - g.t_ns[e["src"][into]], 0)
+    msg = path[(pk == K["message"]) & (e["owner"][path] >= 0)]
+    starts = g.events["start_ns"].to_numpy() if g.events.height else np.empty(0, np.int64)
+    m_rank = g.rank[e["dst"][msg]]
+    m_wait = np.maximum(g.t_ns[e["src"][msg]] - starts[e["owner"][msg]], 0)
+    frame = pl.DataFrame({
+        "rank": np.concatenate([c_rank, m_rank]).astype(np.int32),
+        "kind": ["collective"] * len(into) + ["message"] * len(msg),
+        "wait_ns": np.concatenate([c_wait, m_wait]).astype(np.int64)},
+        schema={"rank": pl.Int32, "kind": pl.String, "wait_ns": pl.Int64})
+    return (frame.group_by("rank", "kind").agg(pl.len().cast(pl.Int64).alias("instances"),
+                                               pl.col("wait_ns").sum())
+            .sort("rank", "kind").select("rank", "kind", "instances", "wait_ns"))
 
 
 def _by_bound(table: pl.DataFrame, length: int) -> pl.DataFrame:

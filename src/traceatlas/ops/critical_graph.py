@@ -45,10 +45,12 @@ KINDS: tuple[str, ...] = ("source", "chain", "duration", "stream", "launch", "sy
                           "collective", "message")
 """Edge kinds (index = code); ``dependencies`` counts edges per kind."""
 K = {name: i for i, name in enumerate(KINDS)}
-PRIORITY = {K["duration"]: 9, K["chain"]: 8, K["stream"]: 7, K["collective"]: 6,
+PRIORITY = {K["duration"]: 10, K["collective"]: 9, K["chain"]: 8, K["stream"]: 7,
             K["sync_stream"]: 5, K["sync_context"]: 5, K["sync_event"]: 5, K["sync_copy"]: 5,
             K["stream_wait_event"]: 5, K["message"]: 4, K["launch"]: 3, K["source"]: 0}
-"""Tie-break between predecessors arriving at the same time (higher wins)."""
+"""Tie-break between predecessors arriving at the same time (higher wins). A blocking
+MPI collective's end is reached both by its own chain and by the instance node; for the
+last arrival both tie, and the path goes through the instance (so it is counted)."""
 
 DEVICE = ("kernel", "comm_kernel", "memcpy", "memset")
 NOT_HOST = (*DEVICE, "sync", "gpu_annotation", "state")
