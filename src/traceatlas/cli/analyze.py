@@ -11,7 +11,15 @@ import typer
 from traceatlas import analysis
 from traceatlas.analysis.base import Param
 from traceatlas.cli import output
-from traceatlas.cli.options import EngineOpt, FormatOpt, _check_format, _guard, _open, app
+from traceatlas.cli.options import (
+    EngineOpt,
+    FormatOpt,
+    WideOpt,
+    _check_format,
+    _guard,
+    _open,
+    app,
+)
 from traceatlas.errors import InputError
 from traceatlas.ops.select import parse_rank_spans, parse_window
 
@@ -38,6 +46,7 @@ def analyze_command(
     name_regex: Annotated[str | None, typer.Option(
         "--name", help="Regex on event names kept.")] = None,
     engine: EngineOpt = "local",
+    wide: WideOpt = False,
 ) -> None:
     """Run one analysis; `--format json` prints the main table as a JSON array of rows."""
     _check_format(fmt)
@@ -61,7 +70,7 @@ def analyze_command(
         frame = result.extra[table]
     for note in result.notes:
         output.note(note)
-    output.print_frame(frame, fmt, human=True)
+    output.print_frame(frame, fmt, human=True, wide=wide)
 
 
 @app.command("analyses")

@@ -18,6 +18,7 @@ from traceatlas.cli.options import (
     FORMATS,
     EngineOpt,
     FormatOpt,
+    WideOpt,
     _check_format,
     _guard,
     _is_sibling,
@@ -123,6 +124,7 @@ def sql(
     allow_files: Annotated[bool, typer.Option(
         "--allow-files", help="Let the query read files outside the store (e.g. join your "
         "own CSV); statements stay read-only.")] = False,
+    wide: WideOpt = False,
 ) -> None:
     """Run one read-only DuckDB SQL statement over the store's tables. Sandboxed: no file
     outside the store is read (unless --allow-files) and none is written."""
@@ -131,7 +133,7 @@ def sql(
 
     sandbox.check(query)  # a refused statement fails before any ingest
     frame = _open([path], engine).sql(query, allow_files=allow_files)
-    output.print_frame(frame, fmt)
+    output.print_frame(frame, fmt, wide=wide)
 
 
 # The export and filter commands live in their own module; importing it registers them.

@@ -35,6 +35,9 @@ EngineOpt = Annotated[
 ]
 FORMATS = ("table", "json", "csv")
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table | json | csv")]
+WideOpt = Annotated[bool, typer.Option(
+    "--wide", help="Table: every column and every name whole, wider than the terminal if "
+    "need be (pipe into `less -S`); without it the table fits the terminal.")]
 
 
 def _check_format(fmt: str, allowed: tuple[str, ...] = FORMATS) -> None:

@@ -9,6 +9,10 @@ sequences are shown as ``\\x1b``-style escapes). Styled prefixes (``error``, ``w
 
 from __future__ import annotations
 
+import json
+import math
+import re
+import secrets
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -21,6 +25,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from traceatlas.cli import tables
 from traceatlas.literal import literal
 from traceatlas.names import display_name
 
@@ -118,27 +123,85 @@ TABLE_ROWS = 200
 """Rows a terminal table shows at most; machine formats print every row."""
 
 
-def print_frame(frame: pl.DataFrame, fmt: str, *, human: bool = False) -> None:
-    """Print a frame as a rich table, CSV, or a JSON array of row objects.
+def print_frame(frame: pl.DataFrame, fmt: str, *, human: bool = False,
+                wide: bool = False) -> None:
+    """Print a frame as a table, CSV, or a JSON array of row objects.
 
-    ``human``: durations humanised in the table format (see ``humanize``)."""
+    ``human``: durations humanised, floats rounded and kernel names shortened in the
+    table format (``humanize``, ``cli.tables``). The table fits the terminal (cells on at
+    most two lines, long text shortened in the middle, columns that do not fit left out
+    with a note) unless ``wide``: every column and every name whole. CSV and JSON keep
+    full precision (JSON: ``json_rows``)."""
     if fmt == "csv":
         sys.stdout.write(frame.write_csv())
     elif fmt == "json":
-        sys.stdout.write(frame.write_json() + "\n")
+        sys.stdout.write(json_rows(frame) + "\n")
     else:
         if frame.height > TABLE_ROWS:
             note(f"showing {TABLE_ROWS:,} of {frame.height:,} rows "
                  "(--format csv or json prints them all)")
             frame = frame.head(TABLE_ROWS)
         if human:
-            frame = humanize(frame)
-        table = Table(show_lines=False)
-        for name in frame.columns:
-            table.add_column(_cell(name), overflow="fold")
-        for row in frame.iter_rows():
-            table.add_row(*(_cell("" if v is None else str(v)) for v in row))
-        stdout.print(table)
+            frame = humanize(frame, names=not wide)
+        header = [literal(c) for c in frame.columns]
+        floats = {i for i, t in enumerate(frame.dtypes) if t.is_float()}
+        rows = [[_text(frame.columns[i], v, human=human and i in floats, wide=wide)
+                 for i, v in enumerate(row)] for row in frame.iter_rows()]
+        right = [t.is_numeric() for t in frame.dtypes]
+        table, dropped, size = tables.table(header, rows, None if wide else stdout.width,
+                                            right)
+        # --wide: as wide as the table needs (the terminal wraps, `less -S` scrolls)
+        (LiteralConsole(width=size) if wide else stdout).print(table, crop=not wide)
+        if dropped:
+            note(f"{len(dropped)} column(s) not shown at this width: {', '.join(dropped)} "
+                 "(--wide prints every column, --format csv or json every value)")
+
+
+def _text(column: str, value: object, *, human: bool, wide: bool) -> str:
+    """One table cell as literal text: rounded when ``human`` and a float, long text
+    shortened in the middle unless ``wide``."""
+    if value is None:
+        return ""
+    if human and isinstance(value, float):
+        return tables.format_float(column, value)
+    text = literal(str(value))
+    return text if wide else tables.shorten_middle(text)
+
+
+def json_rows(frame: pl.DataFrame) -> str:
+    """A JSON array of row objects (Polars' ``write_json``), except for DuckDB's wide
+    numbers, which Polars writes as strings: integers (HUGEINT, e.g. ``sum`` of BIGINT, and
+    DECIMAL of scale 0, both Decimal(38, 0) in Polars; Int128) are JSON numbers when they
+    fit in a signed 64-bit integer, strings beyond (JSON readers lose integers past 64
+    bits); DECIMAL values with a fraction are JSON numbers written with their own exact
+    digits (``1.10`` stays ``1.10``, never a binary float's ``1.1000000000000001``)."""
+    import polars as pl
+
+    wide = [c for c, t in frame.schema.items()
+            if t in (pl.Int128, pl.UInt128) or (isinstance(t, pl.Decimal) and t.scale == 0)]
+    decimals = [c for c, t in frame.schema.items()
+                if isinstance(t, pl.Decimal) and c not in wide]
+    if not wide and not decimals:
+        return frame.write_json()
+    token = secrets.token_hex(8)  # marks numbers to unquote; absent from the data
+    frame = frame.with_columns(pl.col(c).cast(pl.String) for c in (*wide, *decimals))
+    rows = list(frame.iter_rows(named=True))
+    for row in rows:
+        for c in wide:
+            v = row[c]
+            if v is not None and INT64_MIN <= int(v) <= INT64_MAX:
+                row[c] = f"{token}{v}{token}"
+        for c in decimals:
+            if row[c] is not None:
+                row[c] = f"{token}{row[c]}{token}"
+        for c, v in row.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                row[c] = None  # as write_json: no NaN/Infinity in JSON
+    text = json.dumps(rows, separators=(",", ":"), default=str, allow_nan=False)
+    return re.sub(f'"{token}(-?[0-9.]+){token}"', r"\1", text)
+
+
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
 
 def _cell(value: str) -> Text:
@@ -174,21 +237,23 @@ def is_timestamp(column: str) -> bool:
         ("_start_ns", "_end_ns", "_ts_ns", "_enter_ns", "_exit_ns"))
 
 
-def humanize(frame: pl.DataFrame) -> pl.DataFrame:
+def humanize(frame: pl.DataFrame, *, names: bool = True) -> pl.DataFrame:
     """Integer duration columns (``*_ns`` but not timestamps) as human durations and
     ``name``/``kernel`` columns as display names, for
-    terminal tables only; timestamps stay integer epoch ns."""
+    terminal tables only; timestamps stay integer epoch ns. Float ``*_ns`` durations are
+    rounded to int ns first. ``names``: False keeps names whole (``--wide``)."""
     import polars as pl
 
     cols = [c for c, t in frame.schema.items()
-            if c.endswith("_ns") and not is_timestamp(c) and t.is_integer()]
+            if c.endswith("_ns") and not is_timestamp(c) and (t.is_integer() or t.is_float())]
     # Kernel names demangled and their templates shortened (names.py); JSON/CSV keep them.
-    names = [c for c, t in frame.schema.items()
-             if c in ("name", "kernel") and t in (pl.String, pl.Categorical)]
+    shown = [c for c, t in frame.schema.items()
+             if names and c in ("name", "kernel") and t in (pl.String, pl.Categorical)]
     return frame.with_columns(
-        *(pl.col(c).map_elements(humanize_ns, return_dtype=pl.String) for c in cols),
+        *(pl.col(c).round(0).cast(pl.Int64, strict=False)
+          .map_elements(humanize_ns, return_dtype=pl.String) for c in cols),
         *(pl.col(c).cast(pl.String).map_elements(display_name, return_dtype=pl.String)
-          for c in names),
+          for c in shown),
     )
 
 

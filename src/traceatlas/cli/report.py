@@ -65,9 +65,8 @@ def _report(paths: list[Path], out: Path | None, fmt: str, engine: str,
     if fmt == "json":
         sys.stdout.write(json.dumps(data.to_dict()) + "\n")
     else:
-        output.stdout.print(terminal.renderable(data, html_hint=out is None), crop=False,
-                            overflow="ellipsis",
-                            no_wrap=True, soft_wrap=False)
+        output.stdout.print(terminal.renderable(data, html_hint=out is None,
+                                                width=output.stdout.width), crop=False)
     if out is not None:
         with writing(out):
             write_text_atomic(replaceable_file(out), html.render(data))

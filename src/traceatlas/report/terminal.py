@@ -19,7 +19,7 @@ from traceatlas.report import baseline, compare
 from traceatlas.report.svg import fmt_ns
 
 if TYPE_CHECKING:
-    from traceatlas.report.data import EfficiencyNode, ReportData, RunReport
+    from traceatlas.report.data import EfficiencyNode, Finding, ReportData, RunReport
 
 MAX_LINES = 40
 """The terminal report fits in this many lines."""
@@ -28,6 +28,8 @@ MAX_TREE = 16
 GOOD, FAIR = 0.8, 0.6
 """POP practice: >= 0.8 is good, below deserves attention; below 0.6 is poor."""
 BAR = 12
+MIN_FINDINGS = 3
+"""Findings always shown whole, even past ``MAX_LINES`` in a narrow terminal."""
 LABEL_WIDTH = 42
 """Columns for a metric label and its indent ("communication and transfers efficiency")."""
 
@@ -94,41 +96,85 @@ def ranks_text(ranks: list[int]) -> str:
     return f"; rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, sorted(ranks)))}"
 
 
-def finding_lines(run: RunReport, budget: int) -> list[Text]:
-    """Top findings, three or four lines each (statement, command, viewer command, next
-    step), within ``budget`` lines. Commands are printed whole on one line (the terminal
-    wraps them, no newline is inserted), so they paste as one command; the others are cut
-    to the width."""
-    lines: list[Text] = []
-    for f in run.findings:
-        if len(lines) + 2 + bool(f.command) + bool(f.view) > budget:
-            break
-        head = Text(f"{f.rank:>2}. ")
-        head.append("HIGH " if f.severity == "high" else "info ",
-                    style="bold red" if f.severity == "high" else "cyan")
-        if f.cause:
-            head.append(f"[{literal(cause_words(f.cause))}] ", style="magenta")
-        head.append(literal(f.statement))
-        head.append(f"  (costs {fmt_ns(f.cost_ns)}{ranks_text(f.ranks)})", style="dim")
-        lines.append(head)
-        if f.command:  # never cropped nor broken: a cut command cannot be pasted
-            command = Text("     -> ", style="dim", overflow="ignore", no_wrap=True)
-            command.append(literal(f.command), style="bold blue")
-            lines.append(command)
-        if f.view:  # opens the viewer where the finding points
-            view = Text("     see ", style="dim", overflow="ignore", no_wrap=True)
-            view.append(literal(f.view), style="blue")
-            lines.append(view)
-        lines.append(Text("        " + literal(f.next_step), style="dim"))
+WIDTH = 100
+"""Columns assumed when the caller does not say (``to_text``)."""
+_MEASURE = Console(file=io.StringIO(), width=1000, markup=False, emoji=False, highlight=False)
+
+
+def wrapped(text: Text, width: int, indent: int, first: str = "") -> list[Text]:
+    """``text`` word-wrapped to ``width - indent`` columns (a word longer than a line is
+    folded, never cut): the first line starts with ``first``, the others with ``indent``
+    spaces."""
+    avail = max(width - indent, 10)
+    lines = list(text.wrap(_MEASURE, avail, overflow="fold"))
+    out = []
+    for i, line in enumerate(lines):
+        head = Text(first if i == 0 else " " * indent, style=text.style)
+        head.append_text(line)
+        head.rstrip()
+        out.append(head)
+    return out
+
+
+def command_lines(label: str, command: str, style: str, width: int) -> list[Text]:
+    """``     <label> <command>`` when it fits ``width``; else the label on its own line and
+    the command alone on the next, unindented and never broken: the terminal folds it, a
+    copy of it is the command (no newline, no ellipsis inside)."""
+    line = Text(f"     {label} ", style="dim", overflow="ignore", no_wrap=True)
+    line.append(literal(command), style=style)
+    if line.cell_len <= width:
+        return [line]
+    alone = Text(literal(command), style=style, overflow="ignore", no_wrap=True)
+    return [Text(f"     {label} (one line):", style="dim"), alone]
+
+
+def rows_taken(lines: list[Text], width: int) -> int:
+    """Terminal rows ``lines`` take at ``width`` (a long command folds)."""
+    return sum(max(1, -(-line.cell_len // width)) for line in lines)
+
+
+def finding_block(f: Finding, width: int) -> list[Text]:
+    """One finding: statement (wrapped), command, viewer command, next step (wrapped)."""
+    head = Text()
+    head.append("HIGH " if f.severity == "high" else "info ",
+                style="bold red" if f.severity == "high" else "cyan")
+    if f.cause:
+        head.append(f"[{literal(cause_words(f.cause))}] ", style="magenta")
+    head.append(literal(f.statement))
+    head.append(f"  (costs {fmt_ns(f.cost_ns)}{ranks_text(f.ranks)})", style="dim")
+    lines = wrapped(head, width, 4, f"{f.rank:>2}. ")
+    if f.command:  # never cropped nor broken: a cut command cannot be pasted
+        lines += command_lines("->", f.command, "bold blue", width)
+    if f.view:  # opens the viewer where the finding points
+        lines += command_lines("see", f.view, "blue", width)
+    lines += wrapped(Text(literal(f.next_step), style="dim"), width, 8, " " * 8)
     return lines
 
 
-def run_lines(run: RunReport, budget: int) -> list[Text]:
+def finding_lines(run: RunReport, budget: int, width: int = WIDTH) -> list[Text]:
+    """Top findings, each whole (statement and next step wrapped to ``width``, commands on
+    one line each): the first ``MIN_FINDINGS`` always, then as many as fit in ``budget``
+    terminal rows; a last line says how many more the JSON and HTML reports hold."""
+    lines: list[Text] = []
+    for i, f in enumerate(run.findings):
+        block = finding_block(f, width)
+        left = len(run.findings) - i - 1
+        if i >= MIN_FINDINGS and rows_taken(lines + block, width) + (left > 0) > budget:
+            more = len(run.findings) - i
+            lines.append(Text(f"    {more} more finding(s): add -o report.html or "
+                              "--format json", style="dim"))
+            break
+        lines += block
+    return lines
+
+
+def run_lines(run: RunReport, budget: int, width: int = WIDTH) -> list[Text]:
     """Header, efficiency tree and findings of one run in ``budget`` lines."""
     head = Text(literal(run.name), style="bold")
     head.append(literal(f"  {run.source_format}, {len(run.ranks)} rank(s), span "
                         f"{fmt_ns(run.span_ns)}"), style="dim")
-    lines = [head, Text("Efficiency (POP: >= 0.80 good)", style="bold underline")]
+    lines = wrapped(head, width, 2)
+    lines.append(Text("Efficiency (POP: >= 0.80 good)", style="bold underline"))
     if run.efficiency:
         lines += tree_lines(run.efficiency, min(MAX_TREE, budget // 2))
     else:
@@ -136,7 +182,7 @@ def run_lines(run: RunReport, budget: int) -> list[Text]:
                           "dim"))
     lines.append(Text("Top findings", style="bold underline"))
     if run.findings:
-        lines += finding_lines(run, budget - len(lines) - 1)
+        lines += finding_lines(run, budget - len(lines) - 1, width)
     else:
         reason = run.missing.get("findings")
         lines.append(Text(literal(f"  not available: {reason}") if reason else
@@ -146,9 +192,10 @@ def run_lines(run: RunReport, budget: int) -> list[Text]:
 
 
 def renderable(data: ReportData, max_lines: int = MAX_LINES, *,
-               html_hint: bool = True) -> RenderableType:
-    """The terminal report; fits in ``max_lines`` lines at 100 columns or more.
-    ``html_hint``: end with how to get the HTML report (off when it is being written)."""
+               html_hint: bool = True, width: int = WIDTH) -> RenderableType:
+    """The terminal report for a ``width``-column terminal, in ``max_lines`` rows: text
+    wrapped, never cut; commands whole on their own line. ``html_hint``: end with how to
+    get the HTML report (off when it is being written)."""
     parts: list[RenderableType] = []
     budget = max_lines - 2
     if data.baseline is not None:
@@ -162,7 +209,7 @@ def renderable(data: ReportData, max_lines: int = MAX_LINES, *,
             budget -= 1
         parts += compare.terminal(data)  # every run named in full, numbers side by side
         budget -= compare.terminal_lines(data)
-    parts += run_lines(data.runs[-1], budget)
+    parts += run_lines(data.runs[-1], budget, width)
     if html_hint:
         parts.append(Text("Full report with plots: add -o report.html", style="dim"))
     return Group(*parts)
@@ -179,11 +226,11 @@ def run_summary(run: RunReport) -> Text:
     return line
 
 
-def to_text(data: ReportData, width: int = 100, color: bool = False) -> str:
-    """The terminal report as text (ANSI colours when ``color``)."""
+def to_text(data: ReportData, width: int = WIDTH, color: bool = False) -> str:
+    """The terminal report as text (ANSI colours when ``color``), as ``report`` prints it
+    in a ``width``-column terminal (long command lines kept whole on one line)."""
     console = Console(file=io.StringIO(), width=width, force_terminal=color,
                       color_system="standard" if color else None, record=True,
                       markup=False, emoji=False, highlight=False)
-    console.print(renderable(data), crop=True, overflow="ellipsis", soft_wrap=False,
-                  no_wrap=True)
+    console.print(renderable(data, width=width), crop=False, soft_wrap=False)
     return console.export_text(styles=color)
