@@ -79,3 +79,39 @@ def test_dlrm_eight_ranks_cross_rank(traces_dir: Path, tmp_path: Path) -> None:
             ["rank"].value_counts().sort("count", descending=True))
     top = by_rank.sort("arrivals_last_all", descending=True)["rank"][0]
     assert top == last["rank"][0]
+
+
+def test_lulesh_paraver_eight_ranks(traces_dir: Path) -> None:
+    """Extrae's LULESH run (8 MPI ranks, 5 iterations): the path crosses ranks through the
+    MPI collectives and messages; per rank, the number of collective instances where it
+    arrived last equals a plain count from the call starts (per (call name, occurrence
+    on the rank) across all 8 ranks, the rank with the latest start); the per-rank and
+    per-bound sums add up to the region."""
+    trace = traceatlas.open(
+        traces_dir / "profet-paraver/lulesh_4+4_with_uncores_sockets1+2.chop_5it.prv")
+    res = analysis.run("critical_path", trace)
+    t = res.table
+    length = int(t["end_ns"][-1] - t["start_ns"][0])
+    assert int(t["on_path_ns"].sum()) == length
+    assert int(res.extra["by_bound"]["ns"].sum()) == length
+    by_rank = res.extra["by_rank"]
+    assert by_rank.height == 8 and int(by_rank["ns"].sum()) == length
+    assert t["rank"].n_unique() >= 2                                 # crosses ranks
+    deps = dict(res.extra["dependencies"].iter_rows())
+    assert deps["mpi_collectives"] >= 1 and deps["messages"] >= 1
+    calls = (trace.intervals.filter(
+        (pl.col("category").cast(pl.String) == "mpi")
+        & pl.col("name").cast(pl.String).str.contains(
+            r"^MPI_(Allreduce|Barrier|Bcast|Reduce|Allgather\w*|Alltoall\w*)$"))
+        .select("rank", "start_ns", pl.col("name").cast(pl.String)).collect()
+        .sort("rank", "start_ns")
+        .with_columns(occ=pl.int_range(pl.len()).over("rank", "name")))
+    full = calls.filter(pl.col("rank").n_unique().over("name", "occ") == 8)
+    last = (full.sort("start_ns", "rank").group_by("name", "occ").agg(pl.col("rank").last())
+            ["rank"].value_counts())
+    expected = dict(zip(last["rank"].to_list(), last["count"].to_list(), strict=True))
+    got = {r: n for r, n in by_rank.select("rank", "arrivals_last_all").iter_rows() if n}
+    assert got == expected and sum(expected.values()) == deps["mpi_collectives"]
+    # waits beside the path: one collective row per rank, the last arrivals' waits small
+    waits = res.extra["waits"].filter(pl.col("kind") == "collective")
+    assert waits.height == 8
