@@ -17,6 +17,8 @@ from traceatlas._version import __version__
 from traceatlas.analysis.efficiency_labels import description, metric_label
 from traceatlas.errors import TraceAtlasError
 from traceatlas.report import compare, overview
+from traceatlas.report import flame as flame_report
+from traceatlas.report import memory as memory_report
 from traceatlas.report.baseline import BaselineDiff
 from traceatlas.report.results import Results, Unavailable
 
@@ -65,6 +67,11 @@ class Finding:
     """The ranks the finding concerns."""
     view: str = ""
     """The ``traceatlas view`` command opening the viewer where the finding points."""
+    cost_bytes: int | None = None
+    """Memory findings: the bytes at stake (their ``cost_ns`` is 0)."""
+    device_bytes: int | None = None
+    """Memory findings: the largest GPU memory of the finding's ranks (``deviceProperties``),
+    for the share shown next to ``cost_bytes``; None when unknown."""
 
 
 @dataclass
@@ -132,6 +139,8 @@ class RunReport:
     kernels: list[KernelStat] = field(default_factory=list)
     histograms: list[Histogram] = field(default_factory=list)
     steps: list[StepTime] = field(default_factory=list)
+    memory: memory_report.MemorySection | None = None
+    flame: flame_report.FlameSection | None = None
     missing: dict[str, str] = field(default_factory=dict)
     """Section name -> why it is not available."""
     notes: list[str] = field(default_factory=list)
@@ -192,6 +201,8 @@ def build_run(name: str, results: Results, *, top_findings: int = TOP_FINDINGS,
         "timeline": lambda: _timeline(run, trace, act),
         "kernels": lambda: _kernels(run, results, top_kernels),
         "steps": lambda: _steps(run, results),
+        "memory": lambda: setattr(run, "memory", memory_report.build(results)),
+        "flame": lambda: setattr(run, "flame", flame_report.build(results)),
     }
     for section, fill in sections.items():
         try:
@@ -225,9 +236,11 @@ def _findings(run: RunReport, results: Results, top: int) -> None:
                 str(r.get("evidence") or ""), str(r.get("next_step") or ""),
                 str(r.get("command") or ""), str(r.get("severity") or "info"),
                 str(r.get("cause") or ""), [int(x) for x in r.get("ranks") or []],
-                str(r.get("view") or ""))
+                str(r.get("view") or ""), r.get("cost_bytes"))
         for r in results.findings(top)[:top]
     ]
+    if any(f.cost_bytes is not None for f in run.findings):
+        memory_report.device_bytes(run.findings, results)
 
 
 def _rank_bars(run: RunReport, results: Results, act: overview.Activity) -> None:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 from traceatlas.advisor.causes import cause_words
 from traceatlas.advisor.view_link import view_url
 from traceatlas.names import display_name
-from traceatlas.report import baseline, compare, svg
+from traceatlas.report import baseline, compare, flame, memory, svg
+from traceatlas.report.memory import cost_text
 from traceatlas.report.terminal import FAIR, GOOD, metric_label, ordered, ranks_text
 
 if TYPE_CHECKING:
@@ -68,10 +69,11 @@ def _run(run: RunReport, i: int, prefix: str = "") -> str:
            + _card("efficiency", "Efficiency", _tree(run), "POP model; each value is the "
                    "product of the values under it")
            + f"<div>{_bars(run)}{_timeline(run)}</div></div>")
-    findings = _card("findings-card", "Findings", _findings(run), "ranked by the time they cost")
+    findings = _card("findings-card", "Findings", _findings(run),
+                     "ranked by the time they cost; memory findings (bytes) after them")
     return (f'<section class="run" id="run-{i}"><h2>{escape(prefix + run.name)}</h2>'
             f'<p class="meta">{meta}</p>{top}{findings}{_kernels(run)}'
-            f"{_steps(run)}</section>")
+            f"{_steps(run)}{_memory(run)}{_flame(run)}</section>")
 
 
 def _cls(value: float | None) -> str:
@@ -131,8 +133,8 @@ def _findings(run: RunReport) -> str:
         items.append(
             f'<li class="{escape(f.severity)}"><span class="badge">{escape(f.severity)}</span>'
             + (f'<span class="cause">{escape(cause_words(f.cause))}</span>' if f.cause else "")
-            + f'<span class="stmt">{escape(f.statement)}</span><span class="cost">costs '
-            f'{escape(svg.fmt_ns(f.cost_ns))}{escape(ranks_text(f.ranks))}</span>'
+            + f'<span class="stmt">{escape(f.statement)}</span><span class="cost">'
+            f'{escape(cost_text(f))}{escape(ranks_text(f.ranks))}</span>'
             f'<div class="ev">{escape(f.evidence)}</div>'
             f'<div class="next">Next: {escape(f.next_step)}{command}</div>{view}</li>')
     tail = "</details>" if len(run.findings) > OPEN_FINDINGS else ""
@@ -206,6 +208,20 @@ def _steps(run: RunReport) -> str:
                           "step duration", "step", band=([float(x) for x in xs], lo, hi))
     return _card("steps", "Step durations", plot,
                  "mean step duration over ranks; shaded: fastest to slowest rank")
+
+
+def _memory(run: RunReport) -> str:
+    inner = memory.html(run.memory, run.missing.get("memory", "no data"), run.start_ns,
+                        run.span_ns, _short)
+    return _card("memory", "Memory", inner, "allocated and reserved bytes per device over "
+                 "the run; the red dot is the peak of allocated memory")
+
+
+def _flame(run: RunReport) -> str:
+    inner = flame.html(run.flame, run.missing.get("flame", "no data"))
+    return _card("flame-card", "Flame graph (calling-context tree)", inner,
+                 "icicle: the root on top, each box's width is its inclusive time, "
+                 "children under their caller; hover a box for its full name and time")
 
 
 def _scalability(data: ReportData) -> str:

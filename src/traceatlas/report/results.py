@@ -82,7 +82,8 @@ class Results:
                           RuntimeWarning, stacklevel=2)
             raise Unavailable(f"the advisor failed ({type(exc).__name__}: {exc})") from None
         return [{"rank": i + 1, **{k: getattr(f, k) for k in FINDING_FIELDS},
-                 "view": getattr(f, "view", "")}  # the viewer command, when set
+                 "view": getattr(f, "view", ""),  # the viewer command, when set
+                 "cost_bytes": getattr(f, "cost_bytes", None)}  # memory findings
                 for i, f in enumerate(found[:top])]
 
 

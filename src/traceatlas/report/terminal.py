@@ -16,6 +16,7 @@ from rich.text import Text
 from traceatlas.advisor.causes import cause_words
 from traceatlas.literal import literal
 from traceatlas.report import baseline, compare
+from traceatlas.report.memory import cost_text
 from traceatlas.report.svg import fmt_ns
 
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ def finding_block(f: Finding, width: int) -> list[Text]:
     if f.cause:
         head.append(f"[{literal(cause_words(f.cause))}] ", style="magenta")
     head.append(literal(f.statement))
-    head.append(f"  (costs {fmt_ns(f.cost_ns)}{ranks_text(f.ranks)})", style="dim")
+    head.append(f"  ({cost_text(f)}{ranks_text(f.ranks)})", style="dim")
     lines = wrapped(head, width, 4, f"{f.rank:>2}. ")
     if f.command:  # never cropped nor broken: a cut command cannot be pasted
         lines += command_lines("->", f.command, "bold blue", width)
