@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from traceatlas.cli import output
-from traceatlas.cli.main import _guard, app
+from traceatlas.cli.options import _guard, app
 from traceatlas.errors import InputError
 
 if TYPE_CHECKING:
