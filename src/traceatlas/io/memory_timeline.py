@@ -19,7 +19,9 @@ category's bytes the running sum of its events. Every sample gives one counter r
 category (series ``memory timeline: <category> (bytes)``).
 
 The file does not name its device or rank: the tracks have device -1 and the rank comes
-from the file name (``rank3...``) or is assigned by ingest. msgspec validates the shape
+from the file name (``rank3...``, ``..._rank-3...``) or is assigned by ingest. In a
+directory, ``*.raw.gz`` files are listed when their content is a raw timeline and no other
+trace is there (``directory_timelines``). msgspec validates the shape
 (a clear error names the file); numpy does the sums.
 """
 
@@ -27,13 +29,14 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from typing import Any
 
 import msgspec
 import numpy as np
 import pyarrow as pa
 
-from traceatlas.errors import CorruptTraceError
+from traceatlas.errors import CorruptTraceError, DataQualityWarning
 from traceatlas.io.reading import RankData
 from traceatlas.io.sources import Source
 from traceatlas.model.schema import empty_table
@@ -54,7 +57,11 @@ _CURVES_HEAD = re.compile(
     + rb")*(?:\]" + _WS + rb"," + _WS + rb"\[" + _WS + rb"\[|,?" + _WS + rb"\d*$)")
 """``[[t0, t1, ...], [[...], ...]]`` with times of 16+ digits (epoch ns): the curves
 layout. The head may end inside the times list."""
-_RANK_IN_NAME = re.compile(r"^(?:rank|worker)[-_]?(\d+)(?!\d)", re.IGNORECASE)
+_RANK_IN_NAME = re.compile(r"(?:^|[._-])(?:rank|worker)[-_]?(\d+)(?!\d)", re.IGNORECASE)
+"""``rank3.raw.gz``, ``memory_timeline_rank-3.raw.gz``, ``worker_3.json``: rank 3."""
+RAW_SUFFIX = ".raw.gz"
+"""The name PyTorch's raw export and HTA's sample use; a directory lists such files only
+when their content is a memory timeline (``directory_timelines``)."""
 _MAX_RANK = 2**31 - 1
 _BOM = b"\xef\xbb\xbf"
 
@@ -176,6 +183,34 @@ def _tables(times: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]
         "value": pa.array(sizes.T.reshape(-1).astype(np.float64)),
     })
     return tracks, counters
+
+
+def directory_timelines(directory: str, files: list[str], others: list[Source]
+                        ) -> list[Source]:
+    """The ``*.raw.gz`` files among a directory's ``files`` that are PyTorch raw memory
+    timelines by content (other ``.raw.gz`` files, unreadable ones included, are not
+    traces: skipped, as before). Taken only when the directory holds no other trace
+    (``others`` empty): a timeline names no device, and beside traces it would take a rank
+    of its own or claim one of theirs; then one ``DataQualityWarning`` says they were left
+    out (pass such a file on its own)."""
+    reader = MemoryTimelineReader()
+    found = []
+    for path in files:
+        if not path.endswith(RAW_SUFFIX):
+            continue
+        source = Source(path)
+        try:
+            if reader.sniff(source.head(), source):
+                found.append(source)
+        except CorruptTraceError:
+            continue
+    if found and others:
+        names = ", ".join(s.file_name for s in found[:3]) + (" ..." if len(found) > 3 else "")
+        warnings.warn(f"{directory}: {len(found)} PyTorch memory timeline file(s) left out "
+                      f"({names}): a timeline names no device and would take a rank beside "
+                      "the traces; ingest it on its own", DataQualityWarning, stacklevel=3)
+        return []
+    return found
 
 
 def _rank_of(source: Source) -> tuple[int | None, str | None]:

@@ -182,6 +182,9 @@ def _directory_files(path: str) -> list[Source]:
     found = [Source(f) for f in files if f.endswith(FILE_SUFFIXES)]
     for archive in (f for f in files if _is_archive(f)):
         found.extend(_archive_members(archive))
+    from traceatlas.io.memory_timeline import directory_timelines  # lazy: it imports Source
+
+    found.extend(directory_timelines(path, files, found))  # *.raw.gz sniffed by content
     if not found:
         wanted = ", ".join(f"*{s}" for s in FILE_SUFFIXES)
         raise InputNotFoundError(path, f"directory holds no trace files ({wanted})")
