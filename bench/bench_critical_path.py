@@ -1,0 +1,80 @@
+"""critical_path speed and HTA comparison; writes bench/results_critical_path.json.
+
+traceatlas: ``critical_path`` on one step (``--step``) and on the whole store, in one
+process (wall s, best of ``--repeat``). HTA (side venv: HolisticTraceAnalysis with
+pandas<2.1 and numpy<2; newer pandas fails in its ``_create_event_nodes``): its
+``critical_path_analysis`` on the HTA critical-path traces, beside ours on the same
+annotation instance. Example (the 1 GB store from /work/shared/tools/scale_trace.py of
+h100-planted/healthy rank 0, 95 copies)::
+
+    .venv/bin/python bench/bench_critical_path.py --store /work/hc2_bench/1gb.tastore \\
+        --step 200 --hta-python /work/hta-venv/bin/python
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+TRACES = Path("/work/shared/traces/hta/critical_path")
+ANNOTATION = "[param|pytorch.model.alex_net|0|0|0|measure|forward]"
+
+
+def _time(fn: Any, repeat: int) -> tuple[float, Any]:
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--store", required=True)
+    ap.add_argument("--step", type=int, default=200)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--hta-python", default="")
+    ap.add_argument("--json-out", default=str(BENCH / "results_critical_path.json"))
+    a = ap.parse_args()
+    import traceatlas
+    from traceatlas import analysis
+
+    out: dict[str, Any] = {"store": a.store, "step": a.step}
+    trace = traceatlas.open(a.store)
+    rows = trace.intervals.select("rank").collect().height
+    out["intervals"] = rows
+    s, res = _time(lambda: analysis.run("critical_path", trace.select(step=a.step)), a.repeat)
+    out["step_s"], out["step_path_ns"] = s, int(res.table["on_path_ns"].sum())
+    s, res = _time(lambda: analysis.run("critical_path", trace), 1)
+    out["whole_s"], out["whole_path_segments"] = s, res.table.height
+    s, _ = _time(lambda: analysis.run("critical_path", trace, {"speedup": "aten::mm:2"}), 1)
+    out["whole_whatif_s"] = s
+    cmp = []
+    for name in ("simple_add", "alexnet"):
+        t = traceatlas.open(TRACES / name)
+        s, r = _time(lambda t=t: analysis.run(  # type: ignore[misc]
+            "critical_path", t, {"region": f"annotation:{ANNOTATION}:1"}), 1)
+        row: dict[str, Any] = {"trace": name, "ta_s": s,
+                               "ta_path_us": int(r.table["on_path_ns"].sum()) / 1000,
+                               "ta_by_bound_ns": dict(r.extra["by_bound"].select(
+                                   "bound", "ns").iter_rows())}
+        if a.hta_python:
+            p = subprocess.run([a.hta_python, str(BENCH / "hta_critical_path.py"),
+                                str(TRACES / name), ANNOTATION, "1"], capture_output=True,
+                               text=True, check=False)
+            lines = p.stdout.strip().splitlines()
+            row["hta"] = json.loads(lines[-1]) if lines else {"error": p.stderr[-300:]}
+        cmp.append(row)
+    out["hta_comparison"] = cmp
+    Path(a.json_out).write_text(json.dumps(out, indent=1))
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
