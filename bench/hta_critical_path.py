@@ -21,6 +21,6 @@ out = {"dir": d, "load_s": load, "critical_path_s": cp, "success": bool(ok)}
 try:
     out["summary_us"] = {str(k): float(v) for k, v in g.summary().items()}
     out["path_us"] = float(sum(e.weight for e in g.critical_path_edges_set))
-except Exception as e:  # noqa: BLE001 - reported, not raised
+except Exception as e:
     out["summary_error"] = repr(e)[:300]
 print(json.dumps(out))
