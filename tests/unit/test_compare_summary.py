@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import traceatlas
 from traceatlas.cli.main import app
-from traceatlas.compare.summary import FORMAT, read_summary, summarize, write_summary
+from traceatlas.compare.summary import FORMAT, VERSION, read_summary, summarize, write_summary
 from traceatlas.errors import InputError
 from traceatlas.testing import TraceBuilder, write_multi_rank
 
@@ -154,7 +154,7 @@ def _damaged(written: bytes) -> dict[str, bytes]:
         "empty": b"",
         "foreign": b'{"traceEvents": []}',
         "array": b"[1, 2, 3]",
-        "newer": text.replace('"version":1', '"version":99').encode(),
+        "newer": text.replace(f'"version":{VERSION}', '"version":99').encode(),
         "bad-type": text.replace('"total_ns":', '"total_ns":"x","_":', 1).encode(),
         "bad-shape": text.replace("[[1,1,1,1]]", "[[1,1,1]]", 1).encode(),
         "gzip-truncated": gzip.compress(written)[:40],

@@ -53,7 +53,8 @@ def diff_command(
     new: Annotated[Path, typer.Argument(help="The run to check, same kinds of input.")],
     fail_on: Annotated[list[str] | None, typer.Option(
         "--fail-on", help="Exit 1 when a significant change passes this threshold: "
-        "KIND[:NAME]:+N% (step, annotation, op, kernel, category, rank) or "
+        "KIND[:NAME]:+N% (step, annotation, op, kernel, op_device, annotation_device, "
+        "category, rank) or "
         "efficiency.METRIC:-X. Repeatable.")] = None,
     alpha: Annotated[float, typer.Option(
         "--alpha", help="Significance level after Holm's correction.")] = 0.05,

@@ -2,9 +2,10 @@
 
 Both sides are baseline summaries (``traceatlas.compare.summary``; a trace or store is
 summarised first, so a trace and its baseline give the same answer). Per kind (step,
-annotation, op, kernel, category, rank), entities are matched by their normalised key
-(``compare.normalize``; the step entity always matches the step entity, whatever its
-key), ranks by rank number. Each matched entity's samples are its per-iteration,
+annotation, op, kernel, op_device, annotation_device, category, rank), entities are
+matched by their normalised key (``compare.normalize``; the step entity always matches
+the step entity, whatever its key; a kind one side's summary version lacks is skipped
+with a note), ranks by rank number. Each matched entity's samples are its per-iteration,
 per-rank values in ns (``-1`` = that rank has no such iteration, skipped) and go through
 ``compare.stats.compare_samples``; p-values are corrected over every testable change
 (``compare.stats.adjust``). ``rank`` entities are built here: per rank and iteration, the
@@ -16,8 +17,10 @@ either summary, are compared together as one ``(other)`` entity per kind (summed
 matrices), so a diff costs O(entities that matter). An entity present on one side only
 is ``added`` / ``removed`` (with its total ns), never tested. The efficiency model is put
 side by side (labelled rows only; ``delta = new - base``). Ordering: significant changes
-first, then by ``|abs_change_ns| x n_new`` (the shift times NEW's number of samples: the
-time the change is worth in NEW), then kernel, op, annotation, category, rank, step.
+first, then by ``|abs_change_ns| x n_new`` to 2 significant digits (the shift times NEW's
+number of samples: the time the change is worth in NEW; ``worth``), then kernel,
+op_device, annotation_device, op, annotation, category, rank, step. Each kernel's
+launching op and annotation (the summary's ``launched_by``) are kept for the headline.
 """
 
 from __future__ import annotations
@@ -43,12 +46,13 @@ from traceatlas.compare.gate import (
 )
 from traceatlas.compare.normalize import normalize
 from traceatlas.compare.stats import Change, adjust, compare_samples
-from traceatlas.compare.summary import FORMAT, GZIP_MAGIC, KINDS
+from traceatlas.compare.summary import FORMAT, GZIP_MAGIC, KINDS, launchers
 
 FOLD_SHARE = 0.001
 """An entity below this share of its run's ``total_ns`` on both sides goes to ``(other)``."""
 OTHER = "(other)"
-KIND_ORDER: tuple[str, ...] = ("kernel", "op", "annotation", "category", "rank", "step")
+KIND_ORDER: tuple[str, ...] = ("kernel", "op_device", "annotation_device", "op", "annotation",
+                               "category", "rank", "step")
 """Tie order of kinds in the ranking: the most specific first."""
 PEEK_BYTES = 4096
 
@@ -131,6 +135,22 @@ class DiffResult:
     rules: list[Rule] = field(default_factory=list)
     violations: list[Violation] = field(default_factory=list)
     unmatched: list[Rule] = field(default_factory=list)
+    launched_by: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per kernel key, who launched most of its device time (NEW's summary, else BASE's):
+    ``op``, ``op_share``, ``annotation``, ``annotation_share`` (``summary.LaunchedBy``)."""
+
+    def launcher_text(self, change: EntityChange) -> str:
+        """``launched by aten::addmm in annotation fwd`` for a kernel change whose
+        launch context is known, else ``""``."""
+        info = self.launched_by.get(change.key) if change.kind == "kernel" else None
+        if not info or not (info.get("op") or info.get("annotation")):
+            return ""
+        parts = []
+        if info.get("op"):
+            parts.append(f"launched by {info['op']}")
+        if info.get("annotation"):
+            parts.append(("in" if parts else "launched in") + f" annotation {info['annotation']}")
+        return " ".join(parts)
 
     @property
     def verdict(self) -> Literal["pass", "fail"]:
@@ -195,6 +215,8 @@ class DiffResult:
             "alpha": self.alpha,
             "correction": self.correction,
             "notes": self.notes,
+            "launched_by": {c.key: self.launched_by[c.key] for c in self.changes
+                            if c.kind == "kernel" and c.key in self.launched_by},
         }
 
 
@@ -298,6 +320,11 @@ def diff_summaries(base: dict[str, Any], new: dict[str, Any], *, alpha: float = 
     removed: list[Presence] = []
     folded = 0
     for kind in KINDS:
+        if (kind in base["entities"]) != (kind in new["entities"]):
+            older = "BASE" if kind not in base["entities"] else "NEW"
+            notes.append(f"{older} is a summary without {kind} (an older version): {kind} "
+                         "not compared")
+            continue
         b_items, n_items = b.items.get(kind, {}), n.items.get(kind, {})
         if kind == "step":
             if b_items and n_items:
@@ -335,8 +362,9 @@ def diff_summaries(base: dict[str, Any], new: dict[str, Any], *, alpha: float = 
     changes = _changes(pairs, alpha, correction)
     added.sort(key=lambda p: (-p.total_ns, p.kind, p.key))
     removed.sort(key=lambda p: (-p.total_ns, p.kind, p.key))
+    launched_by = {**launchers(base), **launchers(new)}
     return DiffResult(changes, added, removed, _efficiency(base, new), notes, alpha,
-                      correction)
+                      correction, launched_by=launched_by)
 
 
 def _changes(pairs: list[tuple[str, _Item, _Item]], alpha: float,
@@ -358,9 +386,16 @@ def _changes(pairs: list[tuple[str, _Item, _Item]], alpha: float,
             rel_change=ch.rel_change, p_value=ch.p_value, p_adjusted=p,
             ci_low_ns=ch.ci_low_ns, ci_high_ns=ch.ci_high_ns, ci_level=ch.ci_level,
             significant=p is not None and p < alpha, testable=ch.testable, change=ch))
-    out.sort(key=lambda c: (not c.significant, -abs(c.abs_change_ns) * c.n_new,
-                            KIND_ORDER.index(c.kind), c.key))
+    out.sort(key=lambda c: (not c.significant, -worth(c), KIND_ORDER.index(c.kind), c.key))
     return out
+
+
+def worth(change: EntityChange) -> float:
+    """``|abs_change_ns| x n_new`` to 2 significant digits: the ranking's time the change
+    is worth. A stretched kernel is seen through the kernel, its launching op and its
+    annotations with shifts that differ by a few ns of noise; at 2 digits they tie and the
+    most specific kind (``KIND_ORDER``) comes first."""
+    return float(f"{abs(change.abs_change_ns) * change.n_new:.2g}")
 
 
 def _rank_series(side: _Side, use_kernels: bool) -> dict[int, _Item]:

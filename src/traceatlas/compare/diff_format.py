@@ -58,7 +58,9 @@ def headline(result: DiffResult) -> list[str]:
                      + ("" if step.significant else " (not significant)"))
     top = next((c for c in result.changes if c.significant and c.kind != "step"), None)
     if top is not None:
-        lines.append("largest significant change: " + change_text(top))
+        launcher = result.launcher_text(top)
+        lines.append("largest significant change: " + change_text(top)
+                     + (f", {launcher}" if launcher else ""))
     elif not any(c.significant for c in result.changes):
         lines.append(f"no significant change (alpha {result.alpha:g}, {result.correction} "
                      "correction)")

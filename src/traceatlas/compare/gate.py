@@ -28,7 +28,8 @@ from typing import Literal
 from traceatlas.compare.stats import Change, adjust
 from traceatlas.errors import InputError
 
-SAMPLE_KINDS = ("step", "annotation", "op", "kernel", "category", "rank")
+SAMPLE_KINDS = ("step", "annotation", "op", "kernel", "op_device", "annotation_device",
+                "category", "rank")
 """Entities compared by their per-iteration times (``compare_samples``)."""
 
 EFFICIENCY = "efficiency"

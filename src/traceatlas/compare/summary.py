@@ -31,6 +31,11 @@ small JSON file instead of whole traces. Contents (all times integer ns):
     intervals (a call nested in a call of the same key is not counted twice);
   - ``kernel``: union ns of device activity (kernels, communication kernels, memcpy,
     memset) per key;
+  - ``op_device``: union ns of the device activity (as ``kernel``) LAUNCHED from inside
+    each op: a device activity belongs to the innermost ``cpu_op`` enclosing its launch
+    call (``traceatlas.compare.launchers``); ``count`` = device activities;
+  - ``annotation_device``: the same for every host annotation enclosing the launch call
+    (an activity counts for each enclosing annotation; none when launched outside any);
   - ``category``: union ns per canonical category (``step`` markers excluded).
 
 - ``other``: per kind, entities folded for compactness (``fold_rule``: an entity whose
@@ -40,7 +45,12 @@ small JSON file instead of whole traces. Contents (all times integer ns):
 - ``total_ns``: the sum of every rank's iteration durations (the folding reference).
 - ``efficiency``: the ``efficiency`` analysis' rows for the whole run (scope, side,
   metric, value, parent, level, label), or null with a note when it does not apply.
-- ``notes``: what was left out or inferred.
+- ``notes``: what was left out or inferred (and how much device time has a launch
+  context).
+- ``launched_by`` on each ``kernel`` entity (version 2), an array ``[op, op_share,
+  annotation, annotation_share]``: the ``op_device`` key that launched the largest part
+  of the kernel's summed device time and that part (0..1), likewise the innermost
+  enclosing annotation's key; null where none (``launchers`` reads it as a dict).
 
 A path ending in ``.gz`` is written gzip-compressed (about a quarter of the size);
 ``read_summary`` reads both, validates the file (msgspec types, matrix shapes) and
@@ -62,8 +72,11 @@ from traceatlas.errors import InputError
 from traceatlas.tempfiles import replaceable_file, sibling
 
 FORMAT = "traceatlas-summary"
-VERSION = 1
-KINDS: tuple[str, ...] = ("step", "annotation", "op", "kernel", "category")
+VERSION = 2
+READS: tuple[int, ...] = (1, 2)
+"""Versions ``read_summary`` reads (version 1: no device-time kinds, no ``launched_by``)."""
+KINDS: tuple[str, ...] = ("step", "annotation", "op", "kernel", "op_device",
+                          "annotation_device", "category")
 MAX_NAMES = 3
 """Raw names listed per key (``n_names`` says how many there were)."""
 MIN_SHARE = 0.001
@@ -99,7 +112,16 @@ class Iterations(msgspec.Struct, forbid_unknown_fields=True):
     labels: list[int]
 
 
-class Entity(msgspec.Struct, forbid_unknown_fields=True):
+class LaunchedBy(msgspec.Struct, array_like=True):
+    """Who launched most of a kernel key's device time (keys of op / annotation)."""
+
+    op: str | None
+    op_share: float
+    annotation: str | None
+    annotation_share: float
+
+
+class Entity(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """One matched thing: ``ns``/``count`` per rank, per iteration."""
 
     key: str
@@ -107,6 +129,7 @@ class Entity(msgspec.Struct, forbid_unknown_fields=True):
     n_names: int
     ns: list[list[int]]
     count: list[list[int]]
+    launched_by: LaunchedBy | None = None
 
 
 class Other(msgspec.Struct, forbid_unknown_fields=True):
@@ -194,9 +217,10 @@ def read_summary(path: str | Path) -> dict[str, Any]:
     if not isinstance(head, dict) or head.get("format") != FORMAT:
         raise InputError(file, f"not a traceatlas summary (no \"format\": \"{FORMAT}\")")
     version = head.get("version")
-    if version != VERSION:
+    if version not in READS:
         raise InputError(file, f"summary version {version!r}; this traceatlas reads "
-                         f"version {VERSION} (write it again with `traceatlas summary`)")
+                         f"versions {', '.join(map(str, READS))} (write it again with "
+                         "`traceatlas summary`)")
     try:
         parsed = msgspec.convert(head, Summary)
     except msgspec.ValidationError as exc:
@@ -224,6 +248,18 @@ def _shape(file: Path, where: str, matrices: tuple[list[list[int]], ...], n_rank
         if len(matrix) != n_ranks or any(len(row) != n_its for row in matrix):
             raise InputError(file, f"damaged summary: {where} is not {n_ranks} rank(s) x "
                              f"{n_its} iteration(s)")
+
+
+def launchers(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per kernel key of ``summary``: ``{op, op_share, annotation, annotation_share}``
+    (empty for a version-1 summary)."""
+    out = {}
+    for entity in summary["entities"].get("kernel", []):
+        row = entity.get("launched_by")
+        if row:
+            out[entity["key"]] = dict(zip(("op", "op_share", "annotation",
+                                           "annotation_share"), row, strict=True))
+    return out
 
 
 def finite_or_none(value: object) -> float | None:

@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 import traceatlas
 from traceatlas.compare.normalize import normalize
-from traceatlas.compare.summary import FORMAT, MAX_NAMES, VERSION, finite_or_none
+from traceatlas.compare.summary import FORMAT, KINDS, MAX_NAMES, VERSION, finite_or_none
 from traceatlas.errors import MissingDataError
 from traceatlas.model.schema import DEVICE_CATEGORIES
 
@@ -31,7 +31,8 @@ KIND_CATEGORIES: dict[str, tuple[str, ...]] = {
     "op": ("cpu_op",),
     "kernel": ("kernel", "comm_kernel", "memcpy", "memset"),
 }
-"""Canonical categories of each named kind (``category`` takes every one but ``step``)."""
+"""Canonical categories of each named kind (``category`` takes every one but ``step``;
+``op_device`` / ``annotation_device`` take the ``kernel`` rows by launch context)."""
 
 
 def build(trace: Trace, *, min_share: float, top: int) -> dict[str, Any]:
@@ -58,12 +59,21 @@ def build(trace: Trace, *, min_share: float, top: int) -> dict[str, Any]:
     step_count = np.where(present, 1, -1)
     entities["step"] = [{"key": step_key, "names": [step_key], "n_names": 1,
                          "ns": step_ns.tolist(), "count": step_count.tolist()}]
-    for kind in ("annotation", "op", "kernel", "category"):
-        items = _kind(rows, kind, shape)
+    table = rows.collect()  # read once; every kind picks from it
+    device = _device_context(trace, table)
+    note = _attribution_note(device)
+    if note:
+        notes.append(note)
+    for kind in KINDS[1:]:
+        items = _kind(_picked(table, device, kind), kind, shape)
         kept, folded = _fold(items, total, min_share, top)
         entities[kind] = kept
         if folded:
             other[kind] = _other(folded, present)
+    who = _launched_by(device, entities["kernel"])
+    for item in entities["kernel"]:
+        if item["key"] in who:
+            item["launched_by"] = who[item["key"]]
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -88,8 +98,8 @@ def _ranks_text(ranks: Sequence[int]) -> str:
 
 
 def _iterations(trace: Trace, notes: list[str]) -> tuple[str, pl.DataFrame, pl.LazyFrame]:
-    """(source, windows with rank/it/dur_ns, intervals with rank/start_ns/end_ns/name/
-    category/it, rows outside every iteration dropped)."""
+    """(source, windows with rank/it/dur_ns, intervals with rank/start_ns/end_ns/
+    correlation/name/category/it, rows outside every iteration dropped)."""
     import polars as pl
 
     cat = pl.col("category").cast(pl.String)
@@ -103,7 +113,7 @@ def _iterations(trace: Trace, notes: list[str]) -> tuple[str, pl.DataFrame, pl.L
         windows = run("steps", trace).table.select(
             "rank", pl.col("step").alias("it"), "dur_ns")
         rows = base.filter(pl.col("step") >= 0).with_columns(pl.col("step").alias("it"))
-        return "steps", windows, rows.drop("step", "correlation")
+        return "steps", windows, rows.drop("step")
     phases = _phases(trace)
     if phases is not None and phases.height:
         notes.append("no step markers: iterations are the phases analysis' repetitions")
@@ -115,8 +125,7 @@ def _iterations(trace: Trace, notes: list[str]) -> tuple[str, pl.DataFrame, pl.L
              .collect())
     windows = spans.select("rank", pl.lit(0, pl.Int64).alias("it"),
                            (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
-    return "run", windows, base.with_columns(pl.lit(0, pl.Int64).alias("it")).drop(
-        "step", "correlation")
+    return "run", windows, base.with_columns(pl.lit(0, pl.Int64).alias("it")).drop("step")
 
 
 def _phases(trace: Trace) -> pl.DataFrame | None:
@@ -147,34 +156,78 @@ def _by_windows(base: pl.LazyFrame, windows: pl.DataFrame) -> pl.LazyFrame:
             .join_asof(wins, left_on="t", right_on="ws", by="rank", strategy="backward",
                        check_sortedness=False)
             .filter(pl.col("ws").is_not_null() & (pl.col("t") < pl.col("we")))
-            .select("rank", "start_ns", "end_ns", "name", "category", "it"))
+            .select("rank", "start_ns", "end_ns", "correlation", "name", "category", "it"))
 
 
-def _kind(rows: pl.LazyFrame, kind: str, shape: tuple[dict[int, int], dict[int, int],
+def _keys(names: pl.Series) -> pl.DataFrame:
+    """``name`` -> ``key`` (``normalize``) for the distinct non-null names given."""
+    import polars as pl
+
+    distinct = [n for n in names.unique().to_list() if n is not None]
+    return pl.DataFrame({"name": distinct, "key": [normalize(n) for n in distinct]},
+                        schema={"name": pl.String, "key": pl.String})
+
+
+def _device_context(trace: Trace, rows: pl.DataFrame) -> pl.DataFrame:
+    """Device rows (rank, it, start_ns, end_ns, name) with their launch context
+    (``compare.launchers``): ``op`` and ``annotations``, plus a row id ``_d``."""
+    import polars as pl
+
+    from traceatlas.compare.launchers import launch_context
+
+    device = (rows.filter(pl.col("category").is_in(KIND_CATEGORIES["kernel"]))
+              .select("rank", "it", "start_ns", "end_ns", "name", "correlation")
+              .with_row_index("_d"))
+    ctx = launch_context(trace)
+    return (device.with_columns(pl.col("rank").cast(pl.Int32),
+                                pl.col("correlation").cast(pl.Int64))
+            .join(ctx, on=["rank", "correlation"], how="left")
+            .with_columns(pl.col("annotations").fill_null(pl.lit([], pl.List(pl.String))))
+            .drop("correlation"))
+
+
+def _picked(rows: pl.DataFrame, device: pl.DataFrame, kind: str) -> pl.DataFrame:
+    """The intervals of ``kind`` as rank, it, start_ns, end_ns, name (the raw name its
+    key comes from). Device kinds: the device rows under their launching op's name, or
+    once under each enclosing annotation's name (a name repeated in nested annotations
+    counted once)."""
+    import polars as pl
+
+    cols = ("rank", "it", "start_ns", "end_ns")
+    if kind == "category":
+        return rows.filter(pl.col("category") != "step").select(
+            *cols, pl.col("category").alias("name"))
+    if kind == "op_device":
+        return device.filter(pl.col("op").is_not_null()).select(
+            *cols, pl.col("op").alias("name"))
+    if kind == "annotation_device":
+        return (device.select("_d", *cols, pl.col("annotations").alias("name"))
+                .explode("name").drop_nulls("name").unique(["_d", "name"]).drop("_d"))
+    return rows.filter(pl.col("category").is_in(KIND_CATEGORIES[kind])).select(*cols, "name")
+
+
+def _kind(picked: pl.DataFrame, kind: str, shape: tuple[dict[int, int], dict[int, int],
           npt.NDArray[np.bool_]]) -> list[dict[str, Any]]:
-    """Entities of ``kind``: key, raw names, ns/count matrices (-1 where absent)."""
+    """Entities of ``kind`` from ``_picked``: key, raw names, ns/count matrices (-1 where
+    absent)."""
     import polars as pl
 
     from traceatlas.ops.unions import union_ns
 
     r_index, i_index, present = shape
     if kind == "category":
-        picked = rows.filter(pl.col("category") != "step").with_columns(
-            pl.col("category").alias("key"))
+        picked = picked.with_columns(pl.col("name").alias("key"))
     else:
-        picked = rows.filter(pl.col("category").is_in(KIND_CATEGORIES[kind]))
-        names = picked.select(pl.col("name").unique()).collect()["name"].to_list()
-        keys = pl.DataFrame({"name": names, "key": [normalize(n) for n in names]},
-                            schema={"name": pl.String, "key": pl.String})
-        picked = picked.join(keys.lazy(), on="name", how="left")
+        picked = picked.join(_keys(picked["name"]), on="name", how="left")
     picked = picked.with_columns(pl.col("it").cast(pl.Int64))
-    unions = union_ns(picked.select("key", "rank", "it", "start_ns", "end_ns"),
+    lazy = picked.lazy()
+    unions = union_ns(lazy.select("key", "rank", "it", "start_ns", "end_ns"),
                       ["key", "rank", "it"], "ns")
-    counts = picked.group_by("key", "rank", "it").agg(pl.len().alias("n"))
+    counts = lazy.group_by("key", "rank", "it").agg(pl.len().alias("n"))
     table = unions.join(counts, on=["key", "rank", "it"], how="inner").collect()
     if table.height == 0:
         return []
-    raw = (picked.group_by("key", "name").agg(pl.len().alias("n"))
+    raw = (lazy.group_by("key", "name").agg(pl.len().alias("n"))
            .sort(["key", "n", "name"], descending=[False, True, False])
            .group_by("key", maintain_order=True)
            .agg(pl.col("name").head(MAX_NAMES).alias("names"),
@@ -184,9 +237,9 @@ def _kind(rows: pl.LazyFrame, kind: str, shape: tuple[dict[int, int], dict[int, 
     n_ranks, n_its = present.shape
     ns = np.zeros((len(keys_list), n_ranks, n_its), dtype=np.int64)
     count = np.zeros_like(ns)
-    e = np.array([k_index[k] for k in table["key"].to_list()], dtype=np.int64)
-    r = np.array([r_index[int(x)] for x in table["rank"].to_list()], dtype=np.int64)
-    i = np.array([i_index.get(int(x), -1) for x in table["it"].to_list()], dtype=np.int64)
+    e = _index(table["key"], k_index)
+    r = _index(table["rank"], r_index)
+    i = _index(table["it"], i_index)
     ok = i >= 0  # an interval of a step the steps analysis has no window for: dropped
     ns[e[ok], r[ok], i[ok]] = table["ns"].to_numpy()[ok]
     count[e[ok], r[ok], i[ok]] = table["n"].to_numpy()[ok]
@@ -200,13 +253,74 @@ def _kind(rows: pl.LazyFrame, kind: str, shape: tuple[dict[int, int], dict[int, 
             listed = []  # the raw name is the key itself
         idx = k_index[key]
         items.append({"key": key, "names": listed, "n_names": n_names,
-                      "ns": ns[idx].tolist(), "count": count[idx].tolist()})
+                      "ns": ns[idx].tolist(), "count": count[idx].tolist(),
+                      "_total": int(ns[idx][ns[idx] > 0].sum())})
     return items
 
 
+def _index(values: pl.Series, index: dict[Any, int]) -> I64:
+    """Positions of ``values`` in ``index`` (-1 for a value not in it), by one join on the
+    distinct values."""
+    import polars as pl
+
+    lookup = pl.DataFrame({"v": list(index), "i": list(index.values())},
+                          schema={"v": values.dtype, "i": pl.Int64})
+    joined = pl.DataFrame({"v": values}).join(lookup, on="v", how="left", maintain_order="left")
+    return joined["i"].fill_null(-1).to_numpy().astype(np.int64)
+
+
+def _launched_by(device: pl.DataFrame, kernels: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per kept kernel key: ``[op, op_share, annotation, annotation_share]``, the op key
+    and the innermost annotation key that launched the largest part of its summed device
+    time, with that part (0..1); None where none."""
+    import polars as pl
+
+    if not kernels or device.height == 0:
+        return {}
+    keyed = (device.join(_keys(device["name"]), on="name", how="left")
+             .filter(pl.col("key").is_in([k["key"] for k in kernels]))
+             .select("key", (pl.col("end_ns") - pl.col("start_ns")).alias("dur"),
+                     pl.col("op").alias("op_name"),
+                     pl.col("annotations").list.last().alias("ann_name")))
+    if keyed.height == 0:
+        return {}
+    totals = keyed.group_by("key").agg(pl.col("dur").sum().alias("total"))
+    out: dict[str, list[Any]] = {k: [None, 0.0, None, 0.0] for k in totals["key"].to_list()}
+    for col, slot in (("op_name", 0), ("ann_name", 2)):
+        named = keyed.filter(pl.col(col).is_not_null())
+        if named.height == 0:
+            continue
+        names = _keys(named[col]).rename({"name": col, "key": "launcher"})
+        best = (named.join(names, on=col, how="left")
+                .group_by("key", "launcher").agg(pl.col("dur").sum().alias("d"))
+                .sort(["key", "d", "launcher"], descending=[False, True, False])
+                .group_by("key", maintain_order=True).first()
+                .join(totals, on="key"))
+        for key, launcher, d, total in best.select("key", "launcher", "d", "total").iter_rows():
+            out[key][slot] = launcher
+            out[key][slot + 1] = round(d / total, 3) if total else 0.0
+    return out
+
+
+def _attribution_note(device: pl.DataFrame) -> str | None:
+    """How much of the device activities' summed time has a launching op / annotation."""
+    import polars as pl
+
+    if device.height == 0:
+        return None
+    dur = pl.col("end_ns") - pl.col("start_ns")
+    total, with_op, with_ann = device.select(
+        dur.sum().alias("t"), dur.filter(pl.col("op").is_not_null()).sum().alias("o"),
+        dur.filter(pl.col("annotations").list.len() > 0).sum().alias("a")).row(0)
+    if not total:
+        return None
+    return (f"device time launched inside an op: {with_op / total:.1%}, inside an "
+            f"annotation: {with_ann / total:.1%} (summed durations; the rest is "
+            "unattributed in op_device / annotation_device)")
+
+
 def _total(item: dict[str, Any]) -> int:
-    matrix = np.asarray(item["ns"], dtype=np.int64)
-    return int(matrix[matrix > 0].sum())
+    return int(item["_total"])
 
 
 def _fold(items: list[dict[str, Any]], total: int, min_share: float,
@@ -219,6 +333,7 @@ def _fold(items: list[dict[str, Any]], total: int, min_share: float,
             kept.append(item)
         else:
             folded.append(item)
+        del item["_total"]
     return kept, folded
 
 
