@@ -193,7 +193,8 @@ def line_chart(series: Sequence[tuple[str, Sequence[float], Sequence[float]]], t
     if not xs_all:
         return _svg(width, height, [_text(width / 2, height / 2, "no data", "middle")], title)
     x0, x1 = min(xs_all), max(xs_all)
-    x1 = x1 if x1 > x0 else x0 + 1
+    if x1 == x0:  # one step: a line through one point draws nothing, so bars instead
+        return _bars_at_one_x(series, title, x_label, width, height, band)
     unit, scale = time_unit(max(ys_all))
     yticks = nice_ticks(max(ys_all) / scale)
     ytop = yticks[-1] * scale or 1
@@ -231,6 +232,57 @@ def line_chart(series: Sequence[tuple[str, Sequence[float], Sequence[float]]], t
         step = [t for t in step if float(t).is_integer()]
     body += _x_axis(left, plot_w, top + plot_h,
                     [(t / (x1 - x0), f"{x0 + t:g}") for t in step], x_label)
+    return _svg(width, height, body, title)
+
+
+def _bars_at_one_x(series: Sequence[tuple[str, Sequence[float], Sequence[float]]],
+                   title: str, x_label: str, width: int, height: int,
+                   band: tuple[Sequence[float], Sequence[float], Sequence[float]] | None
+                   ) -> str:
+    """``line_chart`` when every point has the same x (a run of one step): a vertical bar
+    per point (ys in ns, value on top, series name below), ``band`` as a low-high whisker
+    over the middle; the x axis names the one x."""
+    left, top, bottom = 56, 26, 40
+    plot_w, plot_h = width - left - 16, height - top - bottom
+    bars = [(name, ys[j], PALETTE[i % len(PALETTE)])
+            for i, (name, _, ys) in enumerate(series) for j in range(len(ys))]
+    highs = [b[1] for b in bars] + (list(band[2]) if band else [])
+    unit, scale = time_unit(max(highs))
+    yticks = nice_ticks(max(highs) / scale)
+    ytop = yticks[-1] * scale or 1
+    base = top + plot_h
+
+    def py(y: float) -> float:
+        return top + plot_h * (1 - y / ytop)
+
+    body = []
+    for t in yticks:
+        body.append(f'<line x1="{left}" y1="{py(t * scale):.1f}" x2="{left + plot_w}" '
+                    f'y2="{py(t * scale):.1f}" class="gridline"/>')
+        body.append(_text(left - 4, py(t * scale) + 4, f"{t:g}", "end"))
+    body.append(f'<text transform="translate(14 {top + plot_h / 2:.0f}) rotate(-90)" '
+                f'text-anchor="middle" class="axlbl">duration ({unit})</text>')
+    slot = plot_w / len(bars)
+    bar_w = min(60.0, slot * 0.6)
+    x = series[0][1][0]
+    for i, (name, y, colour) in enumerate(bars):
+        cx = left + slot * (i + 0.5)
+        body.append(f'<rect x="{cx - bar_w / 2:.1f}" y="{py(y):.1f}" width="{bar_w:.1f}" '
+                    f'height="{base - py(y):.1f}" fill="{colour}"><title>{escape(name)} '
+                    f"{escape(x_label)} {x:g}: {fmt_ns(y)}</title></rect>")
+        body.append(_text(cx, py(y) - 4, fmt_ns(y), "middle"))
+        if slot >= 40:
+            body.append(_text(cx, base + 15, name, "middle"))
+    if band is not None:
+        lo, hi, cx = min(band[1]), max(band[2]), left + plot_w / 2
+        body += [f'<line x1="{cx:.1f}" y1="{py(lo):.1f}" x2="{cx:.1f}" y2="{py(hi):.1f}" '
+                 f'class="whisker" stroke="#333"><title>{fmt_ns(lo)} - {fmt_ns(hi)}</title>'
+                 "</line>"] + [f'<line x1="{cx - 6:.1f}" y1="{py(v):.1f}" x2="{cx + 6:.1f}" '
+                               f'y2="{py(v):.1f}" stroke="#333"/>' for v in (lo, hi)]
+    body.append(f'<line x1="{left}" y1="{base}" x2="{left + plot_w}" y2="{base}" class="axis"/>')
+    body.append(_text(left + plot_w / 2, base + 29,
+                      f"{x_label} {x:g}: the only one recorded, so a bar, not a line",
+                      "middle", "axlbl"))
     return _svg(width, height, body, title)
 
 
