@@ -26,7 +26,7 @@ def memory_result(ctx: Context) -> Result | None:
 
     from traceatlas.analysis.memory_events import MEMORY_EVENT
 
-    if not ctx.trace.instants.filter(pl.col("name").cast(pl.String) == MEMORY_EVENT
+    if not ctx.trace.instants.filter(pl.col("name") == MEMORY_EVENT
                                      ).select("rank").head(1).collect().height:
         return None
     return ctx.result("memory")

@@ -272,7 +272,7 @@ def _steps(trace: Trace, ev: pl.DataFrame, allocs: pl.DataFrame
            ) -> tuple[pl.DataFrame, pl.DataFrame]:
     import polars as pl
 
-    spans = (trace.intervals.filter((pl.col("category").cast(pl.String) == "step")
+    spans = (trace.intervals.filter((pl.col("category") == "step")
                                     & (pl.col("step") >= 0))
              .group_by("rank", pl.col("step").cast(pl.Int64))
              .agg(pl.col("start_ns").min(), pl.col("end_ns").max()).collect())

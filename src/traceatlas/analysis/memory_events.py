@@ -69,7 +69,7 @@ def _raw(trace: Trace) -> pl.DataFrame:
     import polars as pl
 
     dtype = pl.Struct({k: pl.Int64 for k in _ARGS})
-    frame = (trace.instants.filter(pl.col("name").cast(pl.String) == MEMORY_EVENT)
+    frame = (trace.instants.filter(pl.col("name") == MEMORY_EVENT)
              .select("rank", "track_id", "ts_ns",
                      pl.col("args").str.json_decode(dtype).alias("_a"))
              .collect())
@@ -92,7 +92,7 @@ def _nodes(trace: Trace) -> pl.DataFrame:
     import polars as pl
 
     cat = pl.col("category").cast(pl.String)
-    nodes = (trace.intervals.filter(cat.is_in(NODE_CATEGORIES))
+    nodes = (trace.intervals.filter(pl.col("category").is_in(NODE_CATEGORIES))
              .select("rank", "track_id", "start_ns", "end_ns",
                      pl.col("name").cast(pl.String), cat.alias("category"))
              .collect()
@@ -186,7 +186,7 @@ def _steps(trace: Trace, ev: pl.DataFrame) -> pl.Series:
     """The step (number) whose span on the rank holds each event's time, else null."""
     import polars as pl
 
-    steps = (trace.intervals.filter((pl.col("category").cast(pl.String) == "step")
+    steps = (trace.intervals.filter((pl.col("category") == "step")
                                     & (pl.col("step") >= 0))
              .select("rank", pl.col("start_ns").alias("_ss"), pl.col("end_ns").alias("_se"),
                      pl.col("step").alias("_step"))
