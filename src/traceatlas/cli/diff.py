@@ -68,7 +68,8 @@ def diff_command(
     """Compare two runs by step, annotation, op, kernel, category and rank (Mann-Whitney
     over iterations and ranks, Holm-corrected), list added/removed entities and put the
     efficiency model side by side; gate CI with --fail-on."""
-    # Imported here: scipy (the statistics) costs ~0.6 s, which other commands never pay.
+    # Imported here: the compare modules (numpy statistics, polars summaries) are only
+    # needed by this command.
     from traceatlas.compare import diff_format
     from traceatlas.compare.diff import diff_summaries
     from traceatlas.compare.gate import parse_rule

@@ -6,7 +6,8 @@ rank statistics that assume nothing about the distribution:
 
 - the shift is the Hodges-Lehmann estimate: the median of the ``n_base * n_new`` pairwise
   differences ``new_j - base_i`` (ns);
-- the p-value is the two-sided Mann-Whitney U test (``scipy.stats.mannwhitneyu``);
+- the p-value is the two-sided Mann-Whitney U test (as ``scipy.stats.mannwhitneyu``
+  computes it, with numpy: scipy is not imported, it costs ~0.6 s);
 - the confidence interval for the shift is the Moses construction from the same pairwise
   differences: with ``k`` the largest integer such that ``P(U <= k - 1) <= (1 - confidence)
   / 2`` under the null distribution of U, the interval is ``[D_(k), D_(nm - k + 1)]``
@@ -29,7 +30,6 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats as sps  # type: ignore[import-untyped]
 
 MIN_TESTABLE = 3
 """Fewer values than this on either side: the change is reported, never tested or gated."""
@@ -132,15 +132,40 @@ def _mann_whitney_p(x: FloatArray, y: FloatArray) -> float:
     if pooled.min() == pooled.max():
         return 1.0  # every value equal: no evidence of any change
     has_ties = np.unique(pooled).size < pooled.size
-    method: str
-    if not has_ties and n * m <= _EXACT_U_MAX_PAIRS:
-        method = "exact"
-    elif has_ties and math.comb(n + m, n) <= _EXACT_PERMUTATIONS_MAX:
+    if has_ties and math.comb(n + m, n) <= _EXACT_PERMUTATIONS_MAX:
         return _permutation_p(pooled, m)
+    ranks = rankdata(pooled)
+    u_new = float(ranks[n:].sum()) - m * (m + 1) / 2.0  # U of NEW (scipy's first sample)
+    u_big = max(u_new, n * m - u_new)
+    if not has_ties and n * m <= _EXACT_U_MAX_PAIRS:
+        counts = _u_counts(n, m)
+        p = 2.0 * sum(counts[int(u_big):]) / math.comb(n + m, n)
     else:
-        method = "asymptotic"
-    res = sps.mannwhitneyu(y, x, alternative="two-sided", method=method)
-    return float(min(1.0, max(0.0, float(res.pvalue))))
+        p = _normal_p(u_big, n, m, pooled)
+    return float(min(1.0, max(0.0, p)))
+
+
+def _normal_p(u_big: float, n: int, m: int, pooled: FloatArray) -> float:
+    """Two-sided normal approximation of Mann-Whitney's U (tie and continuity corrected),
+    as ``scipy.stats.mannwhitneyu(method="asymptotic")`` computes it."""
+    total = n + m
+    _, ties = np.unique(pooled, return_counts=True)
+    tie_term = float((ties.astype(np.float64) ** 3 - ties).sum())
+    sd = math.sqrt(n * m / 12.0 * ((total + 1) - tie_term / (total * (total - 1))))
+    z = (u_big - n * m / 2.0 - 0.5) / sd
+    return 2.0 * 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def rankdata(values: FloatArray) -> FloatArray:
+    """Ranks 1..n with ties given their mean rank (``scipy.stats.rankdata``'s default)."""
+    order = np.argsort(values, kind="mergesort")
+    ordered = values[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    ends = np.r_[starts[1:], ordered.size]
+    mean_rank = (starts + 1 + ends) / 2.0  # mean of ranks starts+1 .. ends
+    out = np.empty(values.size, dtype=np.float64)
+    out[order] = np.repeat(mean_rank, ends - starts)
+    return out
 
 
 @lru_cache(maxsize=16)
@@ -154,7 +179,7 @@ def _permutation_p(pooled: FloatArray, m: int) -> float:
     """Exact two-sided permutation p-value of U with ties (midranks): over every split of
     the pooled values into sizes (n, m), ``2 min(P(U <= u), P(U >= u))``, at most 1. The
     NEW sample is the last ``m`` values of ``pooled``."""
-    twice_ranks = np.rint(2.0 * sps.rankdata(pooled)).astype(np.int64)  # midranks: exact
+    twice_ranks = np.rint(2.0 * rankdata(pooled)).astype(np.int64)  # midranks: exact
     sums = twice_ranks[_splits(pooled.size, m)].sum(axis=1)
     observed = int(twice_ranks[-m:].sum())
     lower = np.count_nonzero(sums <= observed) / sums.size
@@ -288,7 +313,7 @@ def adjust(
     not count in the family.
 
     ``holm``: Holm's step-down (family-wise error rate); ``bh``: Benjamini-Hochberg (false
-    discovery rate, ``scipy.stats.false_discovery_control``).
+    discovery rate, as ``scipy.stats.false_discovery_control`` computes it).
     """
     present = [i for i, p in enumerate(p_values) if p is not None]
     ps = np.array([p_values[i] for i in present], dtype=np.float64)
@@ -301,7 +326,11 @@ def adjust(
         adjusted = np.empty_like(ps)
         adjusted[order] = adj_sorted
     elif method == "bh":
-        adjusted = sps.false_discovery_control(ps, method="bh") if ps.size else ps
+        order = np.argsort(ps, kind="stable")
+        scaled = ps[order] * ps.size / np.arange(1, ps.size + 1)
+        adj_sorted = np.clip(np.minimum.accumulate(scaled[::-1])[::-1], 0.0, 1.0)
+        adjusted = np.empty_like(ps)
+        adjusted[order] = adj_sorted
     else:
         raise ValueError(f"unknown correction {method!r}: use 'holm' or 'bh'")
     out: list[float | None] = [None] * len(p_values)
