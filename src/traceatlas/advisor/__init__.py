@@ -31,7 +31,7 @@ def advise(trace: Trace, *, path: str = "PATH", min_cost_pct: float = 0.0,
     ``min_cost_pct`` drops findings costing less than that percent of the trace duration.
     ``context`` (optional) collects the notes of skipped rules and caches results.
     """
-    from traceatlas.advisor import efficiency, gpu_bound
+    from traceatlas.advisor import critical_path, efficiency, gpu_bound
 
     ctx = context if context is not None else Context(trace, path)
     order = list(rules if rules is not None else RULES)
@@ -58,6 +58,7 @@ def advise(trace: Trace, *, path: str = "PATH", min_cost_pct: float = 0.0,
             ctx.notes.append(f"{finding.rule}: view command dropped ({why}): {finding.view}")
             finding.view = ""
     ranked = rank_findings(kept, order)  # a GPU-bound run: that is the top finding
+    ranked = critical_path.order(ctx, ranked)  # work off the critical path after the rest
     return ([f for f in ranked if f.rule == gpu_bound.NAME]
             + [f for f in ranked if f.rule != gpu_bound.NAME])
 

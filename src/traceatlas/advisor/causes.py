@@ -30,6 +30,7 @@ CAUSES: Mapping[str, str] = {
     "memory_fragmentation": "memory reserved by the allocator but not allocated",
     "memory_storm": "many small allocations per step",
     "inefficiency": "an efficiency below target",
+    "critical_path": "the work on the critical path",
 }
 """cause -> the words the report shows."""
 
@@ -46,6 +47,7 @@ RULE_CAUSE: Mapping[str, str] = {
     "roofline": "below_roofline",
     "efficiency": "inefficiency",
     "gpu_bound": "gpu_bound",
+    "critical_path": "critical_path",
 }
 """A rule's cause when its finding does not name one."""
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from traceatlas.advisor.base import Context
 
 PARAM_FLAGS = ("-p", "--param")
-VALUE_FLAGS = ("--ranks", "--table", "--format", "-f", *PARAM_FLAGS)
+VALUE_FLAGS = ("--ranks", "--table", "--format", "-f", "--step", *PARAM_FLAGS)
 
 
 def why_not(ctx: Context, command: str) -> str | None:
@@ -55,13 +55,16 @@ def why_not(ctx: Context, command: str) -> str | None:
     try:
         registry.parse_params(spec, params)
         view = ctx.trace.select(ranks=values["--ranks"]) if "--ranks" in values else ctx.trace
-    except TraceAtlasError as exc:
+        if "--step" in values:  # the step must exist; the analysis then runs on it
+            view = view.select(step=int(values["--step"]))
+    except (TraceAtlasError, ValueError) as exc:
         return str(exc)
     missing = [r for r in spec.requires if not REQUIREMENTS[r].check(view)]
     if missing:
         return f"{name} needs {', '.join(REQUIREMENTS[r].description for r in missing)}"
     try:
-        result = ctx.result(name, **params)
+        result = (ctx.result(name, **params) if "--step" not in values
+                  else registry.run(name, view, params))
     except TraceAtlasError as exc:
         return str(exc)
     if result is None:

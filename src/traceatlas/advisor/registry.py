@@ -30,6 +30,7 @@ RULES: Mapping[str, str] = {
     "memory_leak": "traceatlas.advisor.memory_leak:check",
     "memory_fragmentation": "traceatlas.advisor.memory_fragmentation:check",
     "memory_storm": "traceatlas.advisor.memory_storm:check",
+    "critical_path": "traceatlas.advisor.critical_path:check",
 }
 """Rule name -> ``module:function``; each module documents trigger, cost and statement."""
 

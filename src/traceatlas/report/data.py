@@ -17,6 +17,7 @@ from traceatlas._version import __version__
 from traceatlas.analysis.efficiency_labels import description, metric_label
 from traceatlas.errors import TraceAtlasError
 from traceatlas.report import compare, overview
+from traceatlas.report import critical as critical_report
 from traceatlas.report import flame as flame_report
 from traceatlas.report import memory as memory_report
 from traceatlas.report.baseline import BaselineDiff
@@ -141,6 +142,7 @@ class RunReport:
     steps: list[StepTime] = field(default_factory=list)
     memory: memory_report.MemorySection | None = None
     flame: flame_report.FlameSection | None = None
+    critical: critical_report.CriticalSection | None = None
     missing: dict[str, str] = field(default_factory=dict)
     """Section name -> why it is not available."""
     notes: list[str] = field(default_factory=list)
@@ -203,6 +205,7 @@ def build_run(name: str, results: Results, *, top_findings: int = TOP_FINDINGS,
         "steps": lambda: _steps(run, results),
         "memory": lambda: setattr(run, "memory", memory_report.build(results)),
         "flame": lambda: setattr(run, "flame", flame_report.build(results)),
+        "critical": lambda: setattr(run, "critical", critical_report.build(results)),
     }
     for section, fill in sections.items():
         try:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from traceatlas.advisor.causes import cause_words
 from traceatlas.advisor.view_link import view_url
 from traceatlas.names import display_name
-from traceatlas.report import baseline, compare, flame, memory, svg
+from traceatlas.report import baseline, compare, critical, flame, memory, svg
 from traceatlas.report.memory import cost_text
 from traceatlas.report.terminal import FAIR, GOOD, metric_label, ordered, ranks_text
 
@@ -73,7 +73,7 @@ def _run(run: RunReport, i: int, prefix: str = "") -> str:
                      "ranked by the time they cost; memory findings (bytes) after them")
     return (f'<section class="run" id="run-{i}"><h2>{escape(prefix + run.name)}</h2>'
             f'<p class="meta">{meta}</p>{top}{findings}{_kernels(run)}'
-            f"{_steps(run)}{_memory(run)}{_flame(run)}</section>")
+            f"{_steps(run)}{_critical(run)}{_memory(run)}{_flame(run)}</section>")
 
 
 def _cls(value: float | None) -> str:
@@ -215,6 +215,12 @@ def _memory(run: RunReport) -> str:
                         run.span_ns, _short)
     return _card("memory", "Memory", inner, "allocated and reserved bytes per device over "
                  "the run; the red dot is the peak of allocated memory")
+
+
+def _critical(run: RunReport) -> str:
+    inner = critical.html(run.critical, run.missing.get("critical", "no data"), _short)
+    return _card("critical", "Critical path", inner, "what bounds the longest dependency "
+                 "chain of the median step (analyze critical_path --step N)")
 
 
 def _flame(run: RunReport) -> str:

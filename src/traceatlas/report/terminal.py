@@ -16,6 +16,7 @@ from rich.text import Text
 from traceatlas.advisor.causes import cause_words
 from traceatlas.literal import literal
 from traceatlas.report import baseline, compare
+from traceatlas.report.critical import summary as critical_summary
 from traceatlas.report.memory import cost_text
 from traceatlas.report.svg import fmt_ns
 
@@ -181,6 +182,8 @@ def run_lines(run: RunReport, budget: int, width: int = WIDTH) -> list[Text]:
     else:
         lines.append(Text(literal(f"  not available: {run.missing.get('efficiency', '')}"),
                           "dim"))
+    if run.critical is not None:  # one line: what bounds the typical step's path
+        lines.append(Text(literal(critical_summary(run.critical)), style="dim"))
     lines.append(Text("Top findings", style="bold underline"))
     if run.findings:
         lines += finding_lines(run, budget - len(lines) - 1, width)
