@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,7 +29,9 @@ def refuse_inputs(out: Path, inputs: Sequence[Path], *, directory: bool = False)
                 raise InputError(out, f"is inside the input store {item}; choose another -o")
             continue
         try:
-            files.extend(os.path.realpath(s.path) for s in resolve_inputs([item]))
+            with warnings.catch_warnings():  # opening the input warns once, not here too
+                warnings.simplefilter("ignore")
+                files.extend(os.path.realpath(s.path) for s in resolve_inputs([item]))
         except TraceAtlasError:
             continue  # opening the input reports its own error
     for source in files:

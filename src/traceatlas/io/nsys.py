@@ -25,6 +25,7 @@ import sqlite3
 import subprocess
 import tempfile
 import warnings
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -159,11 +160,16 @@ def _check_size(head: bytes, size: int, display: str) -> None:
                                 f"says {page_size * pages:,})")
 
 
+def is_export(tables: Collection[str]) -> bool:
+    """True when an SQLite database's ``tables`` are an Nsight Systems export's: StringIds
+    and a TARGET_INFO_* / META_DATA_* table."""
+    return "StringIds" in tables and any(
+        t.startswith(("TARGET_INFO_", "META_DATA_", "EXPORT_META_DATA")) for t in tables)
+
+
 def _read(con: sqlite3.Connection, uri: str, display: str, threads: int) -> list[RankData]:
     cat = Catalog(con, display)
-    if "StringIds" not in cat.tables or not any(
-        t.startswith(("TARGET_INFO_", "META_DATA_", "EXPORT_META_DATA")) for t in cat.tables
-    ):
+    if not is_export(cat.tables):
         raise UnsupportedFormatError(
             display, "SQLite database that is not an Nsight Systems export (no StringIds "
             "and TARGET_INFO_*/META_DATA_* tables)")

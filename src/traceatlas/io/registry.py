@@ -58,11 +58,19 @@ def detect(source: Source) -> Reader:
         raise UnsupportedFormatError(
             source.display, "empty file" if not head else "file holds only whitespace"
         )
-    for name in READERS:
-        reader = get_reader(name)
-        if reader.sniff(head, source):
-            return reader
+    reader = sniff(head, source)
+    if reader is not None:
+        return reader
     known = ", ".join(READERS)
     raise UnsupportedFormatError(
         source.display, f"not a recognised trace format (readers tried: {known})"
     )
+
+
+def sniff(head: bytes, source: Source) -> Reader | None:
+    """The first registered reader whose ``sniff`` takes ``head``; None when none does."""
+    for name in READERS:
+        reader = get_reader(name)
+        if reader.sniff(head, source):
+            return reader
+    return None

@@ -7,13 +7,19 @@ import hashlib
 import lzma
 import os
 import tarfile
+import warnings
 import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO
 
-from traceatlas.errors import CorruptTraceError, InputNotFoundError, UnsupportedFormatError
+from traceatlas.errors import (
+    CorruptTraceError,
+    DataQualityWarning,
+    InputNotFoundError,
+    UnsupportedFormatError,
+)
 
 TRACE_SUFFIXES: tuple[str, ...] = (".json", ".json.gz")
 """File names an archive is searched for (text formats that can be read from a member)."""
@@ -179,15 +185,24 @@ def _directory_files(path: str) -> list[Source]:
     except OSError as exc:
         raise CorruptTraceError(path, f"cannot list directory ({exc.strerror or exc})") from exc
     files = [os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))]
-    found = [Source(f) for f in files if f.endswith(FILE_SUFFIXES)]
+    from traceatlas.io import not_traces  # lazy: it imports the reader registry
+
+    # package.json, a config beside the rank files: skipped with one warning naming them
+    found, skipped = not_traces.split([Source(f) for f in files if f.endswith(FILE_SUFFIXES)])
     for archive in (f for f in files if _is_archive(f)):
         found.extend(_archive_members(archive))
     from traceatlas.io.memory_timeline import directory_timelines  # lazy: it imports Source
 
     found.extend(directory_timelines(path, files, found))  # *.raw.gz sniffed by content
+    if not found and skipped:
+        raise InputNotFoundError(path, "directory holds no trace; it holds "
+                                 + not_traces.describe(skipped))
     if not found:
         wanted = ", ".join(f"*{s}" for s in FILE_SUFFIXES)
         raise InputNotFoundError(path, f"directory holds no trace files ({wanted})")
+    if skipped:
+        warnings.warn(f"{path}: skipped {not_traces.describe(skipped)}", DataQualityWarning,
+                      stacklevel=3)
     return found
 
 
