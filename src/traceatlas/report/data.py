@@ -20,6 +20,7 @@ from traceatlas.report import compare, overview
 from traceatlas.report import critical as critical_report
 from traceatlas.report import flame as flame_report
 from traceatlas.report import memory as memory_report
+from traceatlas.report import roofline as roofline_report
 from traceatlas.report.baseline import BaselineDiff
 from traceatlas.report.results import Results, Unavailable
 
@@ -142,6 +143,7 @@ class RunReport:
     steps: list[StepTime] = field(default_factory=list)
     memory: memory_report.MemorySection | None = None
     flame: flame_report.FlameSection | None = None
+    roofline: roofline_report.RooflineSection | None = None
     critical: critical_report.CriticalSection | None = None
     missing: dict[str, str] = field(default_factory=dict)
     """Section name -> why it is not available."""
@@ -205,6 +207,7 @@ def build_run(name: str, results: Results, *, top_findings: int = TOP_FINDINGS,
         "steps": lambda: _steps(run, results),
         "memory": lambda: setattr(run, "memory", memory_report.build(results)),
         "flame": lambda: setattr(run, "flame", flame_report.build(results)),
+        "roofline": lambda: setattr(run, "roofline", roofline_report.build(results)),
         "critical": lambda: setattr(run, "critical", critical_report.build(results)),
     }
     for section, fill in sections.items():

@@ -11,6 +11,7 @@ from traceatlas.advisor.causes import cause_words
 from traceatlas.advisor.view_link import view_url
 from traceatlas.names import display_name
 from traceatlas.report import baseline, compare, critical, flame, memory, svg
+from traceatlas.report import roofline as roofline_report
 from traceatlas.report.memory import cost_text
 from traceatlas.report.terminal import FAIR, GOOD, metric_label, ordered, ranks_text
 
@@ -72,7 +73,7 @@ def _run(run: RunReport, i: int, prefix: str = "") -> str:
     findings = _card("findings-card", "Findings", _findings(run),
                      "ranked by the time they cost; memory findings (bytes) after them")
     return (f'<section class="run" id="run-{i}"><h2>{escape(prefix + run.name)}</h2>'
-            f'<p class="meta">{meta}</p>{top}{findings}{_kernels(run)}'
+            f'<p class="meta">{meta}</p>{top}{findings}{_kernels(run)}{_roofline(run)}'
             f"{_steps(run)}{_critical(run)}{_memory(run)}{_flame(run)}</section>")
 
 
@@ -221,6 +222,13 @@ def _critical(run: RunReport) -> str:
     inner = critical.html(run.critical, run.missing.get("critical", "no data"), _short)
     return _card("critical", "Critical path", inner, "what bounds the longest dependency "
                  "chain of the median step (analyze critical_path --step N)")
+
+
+def _roofline(run: RunReport) -> str:
+    inner = roofline_report.html(run.roofline, run.missing.get("roofline", "no data"))
+    return _card("roofline", "Roofline", inner, "op groups (op, shapes, dtype) by arithmetic "
+                 "intensity and achieved TFLOP/s under the device's memory and compute "
+                 "roofs; hover a point for its numbers (analyze roofline)")
 
 
 def _flame(run: RunReport) -> str:
