@@ -32,6 +32,9 @@ import pyarrow as pa
 
 from traceatlas.errors import CorruptTraceError, DataQualityWarning, UnsupportedFormatError
 from traceatlas.io.otf2_events import Collector, LocInfo, enum_name
+from traceatlas.io.otf2_fast import FastResult, build
+from traceatlas.io.otf2_fast import tables as fast_tables
+from traceatlas.io.otf2_raw import read_raw
 from traceatlas.io.reading import RankData
 from traceatlas.io.sources import Source
 
@@ -72,6 +75,20 @@ class Otf2Reader:
     name = "otf2"
     description = "OTF2 archive (Score-P): <name>.otf2 anchor with <name>.def and <name>/"
 
+    fast = True
+    """Read the events through ``otf2_raw``/``otf2_fast`` where they can take the trace;
+    False: always through ``Collector`` (the reference the tests compare against)."""
+
+    @staticmethod
+    def _fast(anchor: str, defs: Any, layout: Layout) -> FastResult | None:
+        refs = [loc._ref for loc in defs.locations]
+        raw = read_raw(anchor, defs, refs)
+        fast = build(raw, defs, layout.locations, dict(layout.next_track), refs)
+        if fast is not None:
+            layout.next_track.clear()
+            layout.next_track.update(fast.collector._next_track)
+        return fast
+
     def sniff(self, head: bytes, source: Source) -> bool:
         """An ``.otf2`` file name (the anchor); its content is checked by ``read``."""
         return source.file_name.endswith(".otf2")
@@ -87,9 +104,12 @@ class Otf2Reader:
                     _check_event_files(source.display, anchor, reader.definitions)
                     defs = reader.definitions
                     layout = _layout(defs)
-                    collector = Collector(defs, layout.locations, layout.next_track)
-                    for location, event in reader.events:
-                        collector.feed(location, event)
+                    fast = self._fast(anchor, defs, layout) if self.fast else None
+                    collector: Any = fast
+                    if fast is None:
+                        collector = Collector(defs, layout.locations, layout.next_track)
+                        for location, event in reader.events:
+                            collector.feed(location, event)
                 finally:
                     reader.close()
         except (_otf2.Error, otf2.error.Error) as exc:
@@ -113,9 +133,13 @@ class Otf2Reader:
             _warn(f"{source.display}: {text}")
         clock_props = defs.clock_properties
         clock = _clock(clock_props)
-        per_rank = collector.finish(
-            clock_props.timer_resolution, int(clock["base_ns"]), source.display
-        )
+        if fast is None:
+            per_rank = collector.finish(
+                clock_props.timer_resolution, int(clock["base_ns"]), source.display
+            )
+        else:
+            per_rank = fast_tables(fast, clock_props.timer_resolution, int(clock["base_ns"]),
+                                   source.display, _warn)
         counts = collector.event_counts
         result = []
         for rank, group in sorted(layout.ranks.items()):
