@@ -17,20 +17,19 @@ KERNEL (P % of device time), launched by OP".
 Evidence: the top kernels and operators by device time (kernel -> its ``cpu_op`` through
 the external id) and annotations (innermost around the launch); achieved TFLOP/s where
 ``cpu_op`` rows carry ``flops`` (Kineto ``with_flops=True``): the ops' FLOPs over the
-device time of their kernels, against the device's dense bf16/fp16 tensor peak when the
-trace names a device ``PEAK_TFLOPS`` knows (``deviceProperties``); otherwise it says the
-peak is unknown.
+device time of their kernels, against the device's dense bf16 (else fp16) tensor peak when
+the trace names a device the known-GPU table (``analysis.gpu_peaks``, the roofline's)
+knows (``deviceProperties``); otherwise it says the peak is unknown.
 Fields: ``ranks`` the GPU-bound ranks; ``per_step.ms`` the median per-step device busy
 time of the rank; ``where`` its top kernel, op and annotation.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from traceatlas.advisor.base import Context, Finding, fmt_ns, short_name
+from traceatlas.analysis import gpu_peaks
 
 if TYPE_CHECKING:
     import polars as pl
@@ -39,16 +38,8 @@ NAME = "gpu_bound"
 MIN_BUSY = 0.9
 """A rank is GPU-bound when its device is busy at least this share of the median step."""
 COMPUTE = ("kernel", "memcpy", "memset")
-PEAK_TFLOPS: Mapping[str, float] = {
-    "H100 80GB HBM3": 989.4,      # H100 SXM5, bf16/fp16 dense (NVIDIA H100 datasheet)
-    "H100 PCIe": 756.5,
-    "H100 NVL": 835.5,
-    "H200": 989.4,
-    "A100": 312.0,
-    "MI300X": 1307.4,             # AMD Instinct MI300X, bf16 dense
-}
-"""Device name substring (``deviceProperties.name``) -> dense bf16/fp16 tensor peak
-(TFLOP/s), vendor datasheets. First match in this order wins."""
+TENSOR_KINDS = ("bf16", "fp16")
+"""The peak kinds (``gpu_peaks.KINDS``) quoted, first present wins."""
 HOST_SIDE_CAUSES = frozenset({"launch_bound", "short_kernels", "untraced_host"})
 HOST_SIDE_RULES = frozenset({"host_wait", "short_kernels"})
 HOST_SIDE_METRICS = ("offload_efficiency", "orchestration_efficiency")
@@ -218,30 +209,30 @@ def _listing(what: str, frame: pl.DataFrame | None, total: int) -> str:
         for n, d in frame.head(3).iter_rows())
 
 
-def device_name(ctx: Context, rank: int) -> str | None:
-    """The rank's device name from Kineto's ``deviceProperties`` metadata, if any."""
+def device_name(ctx: Context, rank: int) -> tuple[str, float | None] | None:
+    """The rank's first device's (name, total memory bytes) from Kineto's
+    ``deviceProperties`` metadata, if any."""
     import polars as pl
 
     rows = (ctx.trace.metadata.filter((pl.col("rank") == rank)
                                       & (pl.col("key") == "deviceProperties"))
             .select("value").collect())
     for (value,) in rows.iter_rows():
-        try:
-            props = json.loads(value)
-        except (TypeError, ValueError):
-            continue
-        names = [p.get("name") for p in props if isinstance(p, dict)] if isinstance(
-            props, list) else []
-        if names and isinstance(names[0], str):
-            return names[0]
+        props = gpu_peaks.device_properties(value)
+        name = props[0].get("name") if props else None
+        if isinstance(name, str) and name:
+            mem = props[0].get("totalGlobalMem")
+            return name, float(mem) if isinstance(mem, int | float) else None
     return None
 
 
-def peak_tflops(name: str | None) -> float | None:
-    """Dense bf16/fp16 tensor peak (TFLOP/s) of a device name, None when unknown."""
-    if not name:
+def peak_tflops(name: str | None, total_mem_bytes: float | None = None) -> float | None:
+    """Dense bf16 (else fp16) tensor peak (TFLOP/s) of a device name from the known-GPU
+    table (``gpu_peaks.lookup``), None when the device or both kinds are unknown."""
+    gpu = gpu_peaks.lookup(name, total_mem_bytes)
+    if gpu is None:
         return None
-    return next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
+    return next((gpu.tflops[k] for k in TENSOR_KINDS if k in gpu.tflops), None)
 
 
 def _flops(ctx: Context, rank: int, busy: pl.DataFrame) -> str:
@@ -266,12 +257,13 @@ def _flops(ctx: Context, rank: int, busy: pl.DataFrame) -> str:
                    pl.col("flops").first()).collect())
     rows = int(linked["ns"].sum()) if linked.height else 0
     flops = float(linked["flops"].sum()) if linked.height else float(ops["flops"].sum())
-    name = device_name(ctx, rank)
-    peak = peak_tflops(name)
+    named = device_name(ctx, rank)
+    name = named[0] if named else None
+    peak = peak_tflops(*named) if named else None
     if not rows:
         return f"{flops / 1e12:.3g} TFLOP in ops with no kernel linked"
     achieved = flops / rows / 1e3  # FLOP per ns = GFLOP/s; / 1e3 = TFLOP/s
-    against = (f" = {achieved / peak:.0%} of the {name}'s ~{peak:g} TFLOP/s dense bf16 peak"
+    against = (f" = {achieved / peak:.0%} of the {name}'s ~{peak:g} TFLOP/s dense bf16/fp16 peak"
                if peak else (f"; peak of {name} unknown" if name else
                              "; device not named in the trace, peak unknown"))
     return (f"achieved {achieved:.1f} TFLOP/s in the ops with FLOPs ({flops / 1e12:.3g} "
