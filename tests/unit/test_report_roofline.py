@@ -243,3 +243,16 @@ def test_not_available_reasons(tmp_path: Path) -> None:
     card = report_html._roofline(run)
     assert "not available: " in card and "Future GPU 9000" in card
     assert "peak_tflops" in card
+
+
+def test_group_without_bytes_or_flops_is_not_drawn() -> None:
+    """A group with 0 bytes has an infinite intensity in the analysis: kept in the table,
+    never on the log axes (``_group`` maps non-finite numbers to None)."""
+    row = {"op": "aten::weird", "input_dims": "[[]]", "dtype": "bf16", "peak_kind": "bf16",
+           "bound": "compute", "count": 1, "device_ns": 1000, "share_pct": 1.0,
+           "intensity": math.inf, "achieved_tflops": 1.0, "achieved_tbps": 0.0,
+           "attainable_tflops": 989.4, "pct_of_roof": 1.0, "lost_ns": 900.0}
+    g = roofline._group(row)
+    assert g.intensity is None
+    plot = _plot([g, _group("aten::mm", 100.0, 50.0, 1000, 10)])
+    assert [_title(c).split(" ")[0] for c in _circles(_svg(plot))] == ["aten::mm"]

@@ -141,7 +141,7 @@ def _plot(device: str, part: Any, dev_peaks: Any) -> RooflinePlot:
 def _group(r: dict[str, Any]) -> RoofGroup:
     def num(key: str) -> float | None:
         v = r.get(key)
-        return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+        return None if v is None or not math.isfinite(float(v)) else float(v)
 
     lost = num("lost_ns")
     dims = " ".join(str(r["input_dims"] or "").split())
