@@ -9,7 +9,7 @@ import threading
 import time
 import webbrowser
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import quote
 
 import typer
@@ -38,6 +38,11 @@ def view_command(
         "or '@' + epoch ns.")] = None,
     ranks: Annotated[str | None, typer.Option(
         "--ranks", help="Open on these ranks, e.g. 0,3-5.")] = None,
+    critical_path: Annotated[bool, typer.Option(
+        "--critical-path", help="Open with the critical path drawn (of --step N, else of "
+        "the selection or the step in view).")] = False,
+    step: Annotated[int | None, typer.Option(
+        "--step", help="Open on this step (with --critical-path: its path).", min=0)] = None,
     engine: EngineOpt = "local",
 ) -> None:
     """Open the trace map in a browser: zoom from the whole run down to single kernels,
@@ -76,10 +81,42 @@ def view_command(
 
         web = create_app(trace, pyramid, token=token,
                          allowed_hosts=security.allowed_hosts(host))
+        if step is not None:
+            state = _step_state(web, trace, step, critical_path, keep_window=spec is not None,
+                                state=state)
+        elif critical_path:
+            state.append("cp=1")
         url = _url(host, sock.getsockname()[1], token, state)
         _serve(web, sock, url, open_browser=not no_browser)
     finally:
         sock.close()
+
+
+def _step_state(web: Any, trace: Any, step: int, critical: bool, *, keep_window: bool,
+                state: list[str]) -> list[str]:
+    """The URL state opening on step ``step`` (its span over the ranks, or its critical
+    path's region, 2% margins; an explicit ``--window`` wins) and, with ``critical``, the
+    overlay of that step (``cp=step:N``). The path is computed here, once: a bad step is
+    bad input before the server starts, and the page's first request hits the cache."""
+    from traceatlas.ops.select import step_spans
+
+    spans = step_spans(trace, step)  # InputError naming --step when there is none
+    lo, hi = min(s[1] for s in spans), max(s[2] for s in spans)
+    if critical:
+        from traceatlas.view import api_critical
+
+        found = api_critical.path_of(web.state.context, ("step", step, None, None))
+        if found.segments.height:
+            lo = min(lo, int(found.segments["start_ns"][0]))
+            hi = max(hi, int(found.segments["end_ns"][-1]))
+    out = list(state)
+    if not keep_window:
+        pad = max((hi - lo) // 50, 1)
+        out = [x for x in out if not x.startswith(("start=", "end="))]
+        out = [f"start={lo - pad}", f"end={hi + pad}", *out]
+    if critical:
+        out.append(f"cp=step:{step}")
+    return out
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from traceatlas.view import api, api_analyze, api_events, api_search
+from traceatlas.view import api, api_analyze, api_critical, api_events, api_search
 from traceatlas.view.api_common import Context, Handler, answer, error_response
 from traceatlas.view.security import Guard
 
@@ -79,11 +79,14 @@ def create_app(trace: Any, pyramid: Any, *, token: str | None,
         route("/api/event", api_events.event),
         route("/api/search", api_search.search),
         route("/api/analyze/{name:str}", api_analyze.analyze),
+        route("/api/critical_path", api_critical.critical_path),
         Route("/", index, methods=["GET"]),
         Route("/static/{name:str}", static, methods=["GET"]),
     ]
-    return Starlette(
+    web = Starlette(
         routes=routes,
         middleware=[Middleware(Guard, token=token, hosts=allowed_hosts)],
         exception_handlers={404: not_found, 405: not_found, 500: not_found},
     )
+    web.state.context = ctx  # the CLI primes caches (api_critical.path_of) through it
+    return web
