@@ -61,7 +61,8 @@ class Results:
                           RuntimeWarning, stacklevel=2)
             return Unavailable(f"the {name} analysis failed ({type(exc).__name__}: {exc})")
         if result is None:
-            said = [n for n in self.context.notes if str(n).startswith(f"{name}:")]
+            said = [str(n).removeprefix("skipped: ") for n in self.context.notes
+                    if str(n).removeprefix("skipped: ").startswith(f"{name}:")]
             return Unavailable(_reason(Exception(said[-1])) if said else
                                f"the trace lacks the data {name} needs")
         return result
