@@ -108,10 +108,13 @@ def _iterations(trace: Trace, notes: list[str]) -> tuple[str, pl.DataFrame, pl.L
         pl.col("name").cast(pl.String), cat.alias("category"))
     has_steps = trace.intervals.filter(cat == "step").select(pl.len()).collect().item() > 0
     if has_steps:
-        from traceatlas.analysis.registry import run
+        # the steps analysis' windows without its breakdown (most of its cost)
+        from traceatlas.analysis.steps import _markers, _windows
 
-        windows = run("steps", trace).table.select(
-            "rank", pl.col("step").alias("it"), "dur_ns")
+        windows = (_windows(trace, _markers(trace, "").collect().lazy())
+                   .select("rank", pl.col("step").cast(pl.Int64).alias("it"),
+                           (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
+                   .sort("rank", "it").collect())
         rows = base.filter(pl.col("step") >= 0).with_columns(pl.col("step").alias("it"))
         return "steps", windows, rows.drop("step")
     phases = _phases(trace)
