@@ -242,9 +242,8 @@ def _pairwise_order_stats(x: FloatArray, y: FloatArray, ranks: Sequence[int]) ->
     """The 1-based ``ranks``-th smallest of the differences ``y_j - x_i`` (x, y sorted)."""
     if x.size * y.size <= _MATERIALISE_MAX_PAIRS:
         diffs = np.subtract.outer(y, x).ravel()
-        idx = sorted({r - 1 for r in ranks})
-        part = np.partition(diffs, idx)
-        return [float(part[r - 1]) for r in ranks]
+        diffs.partition(sorted({r - 1 for r in ranks}))  # in place: no copy
+        return [float(diffs[r - 1]) for r in ranks]
     found = _select_differences(x, y, ranks)
     return [found[r] for r in ranks]
 
