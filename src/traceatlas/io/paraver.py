@@ -11,8 +11,10 @@ sender; type 4 is counted and not kept. Times are converted exactly to int64 ns 
 unit ``_ns``/``_us``/``_ms``, no suffix = us). Records per type and event pairs per kind
 are kept in ``metadata`` so a user can check nothing was dropped.
 
-How: ``paraver_body.py`` turns the records into int64 arrays (vectorised; damaged
-records counted, dropped and reported, the file refused when none is usable); region
+How: ``paraver_fields.py`` turns the records into int64 arrays (blocks of lines in a
+thread pool, every field cast by Arrow at once; damaged records counted, dropped and
+reported, the file refused when none is usable; ``paraver_body.Body.parse`` is the
+simpler original kept as the test oracle); region
 pairing and depth are numpy. A ``.pcf`` or ``.row`` that is not one (binary data, no
 section or LEVEL block) is ignored with a warning naming it: the records do not need it
 (the trace reads as if it were missing), and refusing the whole trace for a damaged
@@ -34,6 +36,7 @@ import pyarrow.compute as pc
 
 from traceatlas.errors import DataQualityWarning, UnsupportedFormatError
 from traceatlas.io.paraver_body import STATE_REVERSED, Body, Header, parse_header
+from traceatlas.io.paraver_fields import parse_body
 from traceatlas.io.paraver_pcf import Pcf, binary_problem, companion_path, parse_pcf, parse_row
 from traceatlas.io.quality import DATA_QUALITY_KEY, Note, notes_json, report
 from traceatlas.io.reading import RankData
@@ -72,7 +75,7 @@ class ParaverReader:
         companions: dict[str, str] = {}
         pcf, companions["pcf"] = _read_pcf(prv, source.display)
         rows, companions["row"] = _read_row(prv, header)
-        body = Body.parse(data, body_at, header, source.display)
+        body = parse_body(data, body_at, header, source.display, threads=threads)
         del data
         notes = _report_body(body, source.display)
         return _Assembler(source, header, pcf, rows, body, companions, notes).ranks()
