@@ -3,8 +3,10 @@
 Instances are the intervals on host-thread tracks (every category except Paraver
 ``state``: Python frames, ``nn.Module`` scopes, annotations, NVTX ranges, operators,
 runtime calls, MPI calls, OTF2/Paraver regions) and the device activity (``kernel``,
-``comm_kernel``, ``memcpy``, ``memset``). A host instance's parent is the closest
-enclosing interval on its thread (``ops.exclusive.parents``); a device instance's parent is
+``comm_kernel``, ``memcpy``, ``memset``). A host instance's parent is the innermost
+interval on its thread that encloses it (``ops.owned``: on crossing intervals such as
+``ProfilerStep#N``, which starts inside one Python frame and ends inside a later one, the
+interval containing both); a device instance's parent is
 the host call with the same ``(rank, correlation)`` (the runtime/driver launch), so device
 activity appears as leaves under the call that launched it. Device activity whose launch is
 not in the trace sits under the top-level node ``NO_LAUNCH``.
@@ -22,8 +24,11 @@ built level by level (integer codes and ``np.unique``, never a Python object per
 the same for every rank, so per-rank metrics share one node table.
 
 Metrics per node and group (rank, or rank and thread): ``calls`` (instances),
-``host_exclusive_ns`` (sum over instances of duration minus the same-thread direct
-children's overlap), ``device_exclusive_ns`` (durations of the device instances of the
+``host_exclusive_ns`` (sum over instances of the time each owns on its thread: every ns
+of a thread's busy time belongs to the innermost open interval, the one that started
+last, as in the viewer; for nested calls, duration minus the direct children's), so the
+root's host time is the union of each thread's intervals summed over threads;
+``device_exclusive_ns`` (durations of the device instances of the
 node), ``kernels_exclusive`` (kernel/comm_kernel instances); inclusive values are the
 node's exclusive value plus its children's inclusive values (so a re-parented backward
 subtree counts in its forward context; host time is a sum over threads, i.e. CPU time,
@@ -33,13 +38,14 @@ not wall time). Times in ns.
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from traceatlas.ops.exclusive import with_exclusive
 from traceatlas.ops.nesting import IntArray
+from traceatlas.ops.owned import with_owned
 
 if TYPE_CHECKING:
     import polars as pl
@@ -78,7 +84,7 @@ def build_cct(trace: Trace, *, by_thread: bool = False, link_threads: bool = Tru
     import polars as pl
 
     notes: list[str] = []
-    host = _host_rows(trace, merge_steps)
+    host = _host_rows(trace)
     parent = host["parent"].to_numpy().astype(np.int64)
     if link_threads and host.height:
         parent, link_notes = _link_threads(trace, host, parent)
@@ -86,8 +92,7 @@ def build_cct(trace: Trace, *, by_thread: bool = False, link_threads: bool = Tru
     depth = _depth(parent)
     device = _device_rows(trace, host)
     labels = pl.concat([host.select("name", "category"), device.select("name", "category")])
-    codes = labels.select(pl.struct("name", "category").rank("dense").cast(pl.Int64)
-                          .alias("c"))["c"].to_numpy() - 1
+    codes = _label_codes(labels, merge_steps)
     n_labels = int(codes.max()) + 2 if len(codes) else 2
     host_codes, dev_codes = codes[:host.height], codes[host.height:]
     no_launch_code = n_labels - 1
@@ -101,7 +106,7 @@ def build_cct(trace: Trace, *, by_thread: bool = False, link_threads: bool = Tru
         dev_parent[~linked] = builder.add(np.zeros(1, np.int64),
                                           np.array([no_launch_code]))[0]
     node_of_device = builder.add(dev_parent, dev_codes)
-    nodes = _node_table(builder, labels, codes, no_launch_code)
+    nodes = _node_table(builder, labels, codes, no_launch_code, merge_steps)
     dev_track = np.where(linked, host["track_id"].to_numpy()[np.maximum(launch, 0)],
                          device["track_id"].to_numpy())
     instances = pl.concat([
@@ -113,7 +118,8 @@ def build_cct(trace: Trace, *, by_thread: bool = False, link_threads: bool = Tru
                       "track_id": pl.Series(dev_track.astype(np.int32)),
                       "host_ns": pl.Series(np.zeros(device.height, np.int64)),
                       "device_ns": device["dur_ns"],
-                      "kernel": device["category"].is_in(KERNEL_CATEGORIES).cast(pl.Int64)}),
+                      "kernel": device["category"].cast(pl.String).is_in(KERNEL_CATEGORIES)
+                      .cast(pl.Int64)}),
     ], how="vertical_relaxed")
     group = ["rank", "track_id"] if by_thread else ["rank"]
     metrics = _metrics(nodes, instances, group)
@@ -126,25 +132,39 @@ def build_cct(trace: Trace, *, by_thread: bool = False, link_threads: bool = Tru
     return Cct(nodes, metrics, notes)
 
 
-def _host_rows(trace: Trace, merge_steps: bool) -> pl.DataFrame:
-    """Host-thread intervals (not Paraver states) with ``parent`` (row, -1 top level) and
-    ``exclusive_ns`` from the same-thread nesting; names of steps merged if asked."""
+def _host_rows(trace: Trace) -> pl.DataFrame:
+    """Host-thread intervals (not Paraver states) with ``parent`` (row, -1 top level: the
+    innermost enclosing interval) and ``exclusive_ns`` (owned time on the thread,
+    ``ops.owned``); ``name`` and ``category`` stay categorical."""
     import polars as pl
 
-    kinds = trace.tracks.select("rank", "track_id", pl.col("kind").cast(pl.String))
+    kinds = (trace.tracks.filter(pl.col("kind").cast(pl.String) != HOST_KIND)
+             .select("rank", "track_id"))
     cat = pl.col("category").cast(pl.String)
-    name = pl.col("name").cast(pl.String).fill_null("")
-    if merge_steps:
-        name = (pl.when((cat == "step") & name.str.contains(STEP_RE))
-                .then(pl.lit(STEP_MERGED)).otherwise(name))
     frame = (trace.intervals
-             .join(kinds, on=["rank", "track_id"], how="left")
-             .filter((pl.col("kind").fill_null(HOST_KIND) == HOST_KIND) & (cat != "state")
-                     & ~cat.is_in(DEVICE_CATEGORIES))
-             .select("rank", "track_id", "start_ns", "end_ns", name.alias("name"),
-                     cat.alias("category"), "correlation", pl.lit(0).alias("layer"))
+             .join(kinds, on=["rank", "track_id"], how="anti")
+             .filter((cat != "state") & ~cat.is_in(DEVICE_CATEGORIES))
+             .select("rank", "track_id", "start_ns", "end_ns", "name", "category",
+                     "correlation")
              .collect())
-    return with_exclusive(frame).drop("layer")
+    return with_owned(frame)
+
+
+def _label_codes(labels: pl.DataFrame, merge_steps: bool) -> IntArray:
+    """A code per row (0..): one per distinct (name, category); ``ProfilerStep#N`` step
+    names share one code when ``merge_steps`` (named ``STEP_MERGED`` in the node table)."""
+    import polars as pl
+
+    name = labels["name"].cast(pl.Categorical).to_physical().to_numpy().astype(np.int64)
+    name[labels["name"].is_null().to_numpy()] = -1
+    cat = labels["category"].cast(pl.Categorical).to_physical().to_numpy().astype(np.int64)
+    if merge_steps:
+        steps = np.flatnonzero((labels["category"].cast(pl.String) == "step").to_numpy())
+        names = labels["name"].gather(steps).cast(pl.String).fill_null("")
+        name[steps[names.str.contains(STEP_RE).to_numpy()]] = -2
+    key = (name + 2) * (int(cat.max(initial=0)) + 1) + cat
+    codes: IntArray = pl.Series(key).rank("dense").cast(pl.Int64).to_numpy() - 1
+    return codes
 
 
 def _device_rows(trace: Trace, host: pl.DataFrame) -> pl.DataFrame:
@@ -153,11 +173,10 @@ def _device_rows(trace: Trace, host: pl.DataFrame) -> pl.DataFrame:
 
     cat = pl.col("category").cast(pl.String)
     device = (trace.intervals.filter(cat.is_in(DEVICE_CATEGORIES))
-              .select("rank", "track_id", "correlation", "dur_ns",
-                      pl.col("name").cast(pl.String).fill_null(""), cat.alias("category"))
+              .select("rank", "track_id", "correlation", "dur_ns", "name", "category")
               .collect())
     launches = (host.with_row_index("launch_row")
-                .filter(pl.col("category").is_in(LAUNCH_CATEGORIES)
+                .filter(pl.col("category").cast(pl.String).is_in(LAUNCH_CATEGORIES)
                         & pl.col("correlation").is_not_null())
                 .select("rank", "correlation", pl.col("launch_row").cast(pl.Int64))
                 .unique(["rank", "correlation"], keep="first"))
@@ -242,7 +261,7 @@ class _PathIds:
 
 
 def _node_table(builder: _PathIds, labels: pl.DataFrame, codes: IntArray,
-                no_launch_code: int) -> pl.DataFrame:
+                no_launch_code: int, merge_steps: bool) -> pl.DataFrame:
     """``NODE_COLUMNS`` from the path ids; names from the label codes."""
     import polars as pl
 
@@ -251,10 +270,16 @@ def _node_table(builder: _PathIds, labels: pl.DataFrame, codes: IntArray,
     depth = np.concatenate(builder.depth)
     first = np.full(builder.n_labels, -1, np.int64)
     first[codes[::-1]] = np.arange(len(codes))[::-1]
-    names = labels["name"].to_list()
-    cats = labels["category"].to_list()
-    name_of = {c: names[int(first[c])] for c in np.unique(codes).tolist()}
-    cat_of = {c: cats[int(first[c])] for c in np.unique(codes).tolist()}
+    present = np.flatnonzero(first >= 0)
+    rows = labels[first[present]]
+    name_list = rows["name"].cast(pl.String).fill_null("").to_list()
+    cat_list = rows["category"].cast(pl.String).to_list()
+    step = [c == "step" and re.search(STEP_RE, n) is not None
+            for n, c in zip(name_list, cat_list, strict=True)]
+    if merge_steps:  # one row per distinct label, not per event
+        name_list = [STEP_MERGED if s else n for n, s in zip(name_list, step, strict=True)]
+    name_of = dict(zip(present.tolist(), name_list, strict=True))
+    cat_of = dict(zip(present.tolist(), cat_list, strict=True))
     name_of[no_launch_code], cat_of[no_launch_code] = NO_LAUNCH, "device"
     name_of[-1], cat_of[-1] = ROOT, "root"
     code_frame = pl.DataFrame({"code": list(name_of), "name": list(name_of.values()),
@@ -325,7 +350,12 @@ def _link_threads(trace: Trace, host: pl.DataFrame,
              .drop_nulls(["src_track_id", "src_ts_ns", "dst_track_id", "dst_ts_ns"])
              .select("rank", "src_track_id", "src_ts_ns", "dst_track_id", "dst_ts_ns")
              .collect())
-    at = rows.select("rank", "track_id", "start_ns", "_row", "_depth")
+    ends = pl.concat([flows.select("rank", pl.col("src_track_id").alias("track_id"),
+                                   pl.col("src_ts_ns").alias("start_ns")),
+                      flows.select("rank", pl.col("dst_track_id").alias("track_id"),
+                                   pl.col("dst_ts_ns").alias("start_ns"))])
+    at = (rows.select("rank", "track_id", "start_ns", "_row", "_depth")
+          .join(ends, on=["rank", "track_id", "start_ns"], how="semi"))
     src = (at.sort("_depth", descending=True)
            .unique(["rank", "track_id", "start_ns"], keep="first")
            .rename({"track_id": "src_track_id", "start_ns": "src_ts_ns", "_row": "_src"})
@@ -365,7 +395,7 @@ def _link_to_main(trace: Trace, rows: pl.DataFrame, parent: IntArray,
     import polars as pl
 
     top_level = rows.filter(pl.Series(parent < 0))
-    named = (top_level.filter(pl.col("name").str.contains(BACKWARD_RE))
+    named = (top_level.filter(pl.col("name").cast(pl.String).str.contains(BACKWARD_RE))
              .select("rank", "track_id").unique())
     bwd = pl.concat([named, flow_tracks]).unique()
     if bwd.height == 0:
