@@ -5,6 +5,9 @@ activity durations) and every interval is in the tree."""
 
 from __future__ import annotations
 
+import gzip
+import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -131,3 +134,53 @@ def test_device_total_and_nothing_lost(traces_dir: Path, name: str) -> None:
     instances = (host.select(pl.len()).collect().item()
                  + device.select(pl.len()).collect().item())
     assert cct.metrics.select(pl.col("calls").sum()).item() == instances
+
+
+def _raw_module_paths(path: Path) -> tuple[str, Counter[tuple[str, ...]]]:
+    """From the raw JSON (stdlib json, no traceatlas): the CPU ProfilerStep's name, and
+    per ``nn.Module`` event inside it, its chain of enclosing modules following the
+    profiler's own ``Python parent id`` links (not times), as a multiset."""
+    with gzip.open(path) as fh:
+        events = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
+    step = next(e for e in events if str(e["name"]).startswith("ProfilerStep#")
+                and e.get("cat") == "user_annotation")
+    lo, hi = step["ts"], step["ts"] + step["dur"]
+    python = {e["args"]["Python id"]: e for e in events
+              if e.get("cat") == "python_function" and "Python id" in e.get("args", {})}
+    paths: Counter[tuple[str, ...]] = Counter()
+    for e in python.values():
+        if not e["name"].startswith("nn.Module: ") or not lo <= e["ts"] <= hi:
+            continue
+        chain, node, seen = [], e, set()
+        while node is not None and id(node) not in seen:
+            seen.add(id(node))
+            if node["name"].startswith("nn.Module: "):
+                chain.append(node["name"])
+            node = python.get(node["args"].get("Python parent id"))
+        paths[tuple(reversed(chain))] += 1
+    return step["name"], paths
+
+
+@pytest.mark.parametrize("name", [TRACES[0], "tracelens/traces/h100/"
+                                  "facebook_timesformer-base-finetuned-k400__1016002.json.gz"])
+def test_module_levels_nest_as_the_model(traces_dir: Path, name: str) -> None:
+    """Under the step's node, the ``nn.Module`` contexts (module names along the path from
+    the root, other frames skipped) with their calls equal the module nesting rebuilt from
+    the raw JSON's Python parent ids."""
+    step_name, expected = _raw_module_paths(traces_dir / name)
+    table = analysis.run("tree", traceatlas.open(traces_dir / name),
+                         {"merge_steps": "false"}).table
+    names = dict(zip(table["node_id"].to_list(), table["name"].to_list(), strict=True))
+    parents = dict(zip(table["node_id"].to_list(), table["parent_id"].to_list(), strict=True))
+    got: Counter[tuple[str, ...]] = Counter()
+    for node, calls in zip(table["node_id"].to_list(), table["calls"].to_list(), strict=True):
+        if not names[node].startswith("nn.Module: "):
+            continue
+        path, up = [], node
+        while up is not None:
+            path.append(names[up])
+            up = parents[up]
+        if step_name in path:
+            got[tuple(n for n in reversed(path) if n.startswith("nn.Module: "))] += calls
+    assert sum(expected.values()) >= 80 and max(len(p) for p in expected) >= 4
+    assert got == expected
