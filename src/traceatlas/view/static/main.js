@@ -6,7 +6,8 @@
 //    name, start_ns, end_ns, x, y, w, h (box in canvas CSS px)}] raw events drawn in the
 //    last frame, visible_tracks, rows (labels), row_h (their heights, CSS px), sel, frames,
 //    pending (requests in flight or due), lastError, ready, first_frame_ms (ms from
-//    navigation start to the first frame drawn with nothing pending)}.
+//    navigation start to the first frame drawn with nothing pending), critical (the
+//    critical path overlay: critical.js)}.
 
 import { get, abs, rel } from "./api.js";
 import { indexTracks, layout, rowAt, HEADER_H } from "./layout.js";
@@ -18,6 +19,7 @@ import { showEvent } from "./details.js";
 import { showSelection, hideSelection } from "./selection.js";
 import { attachSearch } from "./search.js";
 import { readHash, writeHash } from "./url.js";
+import { CriticalOverlay } from "./critical.js";
 
 const MIN_WINDOW_NS = 200;
 const state = window.__traceatlas = { start_ns: null, end_ns: null, level: null, mode: null,
@@ -30,7 +32,7 @@ const status = document.getElementById("status");
 
 const v = { start: 0, end: 1, r0: 0, r1: 1, expanded: new Set(), quietOpen: new Set(), scrollY: 0, sel: null,
   highlight: null, colorMode: "category", theme: "light" };
-let meta, tracksById, byRank, ranks, data, minimap, span, origin, colors;
+let meta, tracksById, byRank, ranks, data, minimap, span, origin, colors, critical;
 let lastFrame = null;  // {hits, lay, width, height}
 let dirty = true;
 
@@ -60,7 +62,7 @@ function changed() {
   const r = ranks.length && (v.r0 > 0 || v.r1 < ranks.length) ? [ranks[v.r0], ranks[v.r1 - 1]] : null;
   writeHash({ start: abs(v.start, origin), end: abs(v.end, origin), ranks: r,
     sel: v.sel ? [abs(v.sel[0], origin), abs(v.sel[1], origin)] : null,
-    theme: v.theme === "dark" ? "dark" : null });
+    theme: v.theme === "dark" ? "dark" : null, cp: critical ? critical.hashValue() : null });
 }
 
 function setWindow(s, e) {
@@ -119,8 +121,9 @@ const controller = {
     changed();
     const sub = v.r0 > 0 || v.r1 < ranks.length ? `${ranks[v.r0]}-${ranks[v.r1 - 1]}` : undefined;
     showSelection(abs(v.sel[0], origin), abs(v.sel[1], origin), sub);
+    critical.regionChanged();
   },
-  clearSelection() { v.sel = null; hideSelection(); changed(); },
+  clearSelection() { v.sel = null; hideSelection(); changed(); if (critical) critical.regionChanged(); },
 };
 
 function toTimes(x0, x1) {
@@ -267,7 +270,7 @@ function frame() {
     tracks: visible.map((r) => ({ id: r.track, kind: tracksById.get(r.track).kind })) });
   const out = drawFrame({ ctx, width, height, start: v.start, end: v.end, rows: lay.rows,
     mode: lay.mode, data, level, colorMode: v.colorMode, colors, categories: meta.categories,
-    expanded: v.expanded, sel: v.sel, highlight: v.highlight,
+    expanded: v.expanded, sel: v.sel, highlight: v.highlight, overlay: critical ? critical.draw : null,
     groupData: groupNeed ? data.groupRows(level, groupNeed) : null });
   lastFrame = { hits: out.hits, lay, width, height };
   if (lay.mode === "groups") {
@@ -285,7 +288,7 @@ function frame() {
     pending: data.inflight.size + (data.timer ? 1 : 0) + (data.eventsPending ? 1 : 0),
     rows: lay.rows.filter((r) => r.y + r.h >= 0 && r.y <= plotH).map((r) => r.label.trim()),
     row_h: lay.rows.filter((r) => r.y + r.h >= 0 && r.y <= plotH).map((r) => r.h),
-    visible_tracks: visible.map((r) => r.track),
+    visible_tracks: visible.map((r) => r.track), critical: critical ? critical.testState(AXIS_H) : null,
     sel: v.sel ? [abs(v.sel[0], origin).toString(), abs(v.sel[1], origin).toString()] : null,
     ready: true });
   if (state.first_frame_ms === null && state.pending === 0) {
@@ -358,6 +361,11 @@ async function start() {
   minimap.load().then(markDirty, setError);
   attach(canvas, controller);
   attachSearch(goTo);
+  critical = new CriticalOverlay({ origin, tracksById, byRank, redraw: () => { changed(); },
+    view: () => ({ start: v.start, end: v.end, sel: v.sel }), abs: (t) => abs(t, origin),
+    pinned: h.cp ? h.cp.step : null });
+  const cpBox = document.getElementById("critical-toggle");
+  cpBox.addEventListener("change", () => critical.setOn(cpBox.checked));
   document.getElementById("color-mode").addEventListener("change", (e) => { v.colorMode = e.target.value; markDirty(); });
   document.getElementById("theme-toggle").addEventListener("click", () => {
     v.theme = v.theme === "dark" ? "light" : "dark";
@@ -387,6 +395,7 @@ async function start() {
     v.r0 > 0 || v.r1 < ranks.length ? `${ranks[v.r0]}-${ranks[v.r1 - 1]}` : undefined);
   dirty = false;
   markDirty();
+  if (h.cp) { cpBox.checked = true; critical.setOn(true); }
 }
 
 window.addEventListener("error", (e) => setError(e.message));

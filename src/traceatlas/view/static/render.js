@@ -116,7 +116,8 @@ export function fitCanvas(canvas) {
 }
 
 /** Draw a frame. `f` = {ctx, width, height, start, end, rows, mode, data, level, colorMode,
- * colors (theme), categories, expanded, sel, highlight}. Returns {hits, drawn}. */
+ * colors (theme), categories, expanded, sel, highlight, overlay (optional: called as
+ * overlay(ctx, f, X, plotH) after the rows, before the selection)}. Returns {hits, drawn}. */
 export function drawFrame(f) {
   const { ctx, width, height, colors } = f;
   const plotW = width - LABEL_W;
@@ -155,6 +156,7 @@ export function drawFrame(f) {
     ctx.stroke();
     drawLabel(ctx, f, row);
   }
+  if (f.overlay) f.overlay(ctx, f, X, plotH);  // the critical path (critical.js)
   if (f.sel) {
     const a = X(f.sel[0]), b = X(f.sel[1]);
     ctx.fillStyle = colors.sel;
