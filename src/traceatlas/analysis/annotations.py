@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import Param, Result
+from traceatlas.analysis.partitioned import concat_counts
 from traceatlas.analysis.requirements import DEVICE_WORK
 from traceatlas.errors import InputError, MissingDataError
 from traceatlas.ops.nesting import nesting_depth, sort_for_nesting
@@ -149,6 +150,9 @@ class Annotations:
                     "annotation categories, comma-separated: annotation (record_function), "
                     "nvtx, gpu_annotation"),)
     requires = ("intervals",)
+    partition = "rank"
+    """Per rank: results concatenate (``analysis.partitioned``)."""
+    merge = staticmethod(concat_counts)
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """Per annotation: count, host_ns, device_ns, kernels; extra table ``kernels``."""

@@ -41,6 +41,8 @@ class Breakdown:
     description = "Device time per rank and device (or stream): compute, comm, memory, idle"
     params = (Param("by", str, "device", "device (default) or stream", ("device", "stream")),)
     requires = ("device",)
+    partition = "rank"
+    """Per rank: results concatenate (``analysis.partitioned``)."""
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """Per group: span, busy, compute, comm, exposed comm, memory, exposed memory, idle."""

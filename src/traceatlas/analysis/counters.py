@@ -68,6 +68,8 @@ class Counters:
               minimum=0.0, maximum=100.0),
     )
     requires = ("counters",)
+    partition = "rank"
+    """Per rank: results concatenate (``analysis.partitioned``)."""
     """Counter samples or CUPTI range events (``requirements.REQUIREMENTS``)."""
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:

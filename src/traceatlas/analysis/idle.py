@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis import idle_causes
 from traceatlas.analysis.base import MAX_NS, Param, Result
+from traceatlas.analysis.partitioned import concat_counts
 from traceatlas.analysis.requirements import DEVICE_WORK
 from traceatlas.ops.unions import union_ns
 
@@ -75,6 +76,9 @@ class Idle:
                     "gaps shorter than this (ns) not caused by the host are kernel wait "
                     "(HTA consecutive_kernel_delay; 30 us)", minimum=0, maximum=MAX_NS),)
     requires = ("device",)
+    partition = "rank"
+    """Per rank: results concatenate (``analysis.partitioned``)."""
+    merge = staticmethod(concat_counts)
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """Per rank/device/stream: span, busy, idle, host/kernel wait, other; ``stats``."""

@@ -128,12 +128,18 @@ def _host(trace: Trace, ranks: list[int], device: pl.DataFrame
         rows["name"].gather(first).to_list(), rows["category"].gather(first).to_list(),
         strict=True)], dtype=np.int8)
     k = classes[np.searchsorted(distinct, pair)] if pair.size else classes
-    pageable = device.filter(pl.col("name").str.contains(PAGEABLE_RE.pattern)
-                             & pl.col("correlation").is_not_null())["correlation"]
+    # correlation ids are per rank: a launch is pageable when its own rank's copy is
+    pageable = (device.filter(pl.col("name").str.contains(PAGEABLE_RE.pattern)
+                              & pl.col("correlation").is_not_null())
+                .select(pl.col("rank").cast(rows["rank"].dtype),
+                        pl.col("correlation").cast(rows["correlation"].dtype))
+                .unique().with_columns(_pageable=pl.lit(True)))
     launch = pl.col("category").is_in(LAUNCH_CATEGORIES) & pl.col("correlation").is_not_null()
     host = (rows.with_columns(k=pl.Series(k, dtype=pl.Int8))
-            .with_columns(k=pl.when(launch & pl.col("correlation").is_in(pageable.implode()))
+            .join(pageable, on=["rank", "correlation"], how="left", maintain_order="left")
+            .with_columns(k=pl.when(launch & pl.col("_pageable").fill_null(False))
                           .then(pl.lit(2, pl.Int8)).otherwise(pl.col("k")))
+            .drop("_pageable")
             .filter(pl.col("k") >= 0))
     calls = (host.filter(launch)
              .select("rank", "track_id", "correlation", pl.col("start_ns").alias("next_ns"))

@@ -79,6 +79,12 @@ class Kernels:
         Param("memory", bool, False, "also list memcpy and memset"),
     )
     requires = ("device",)
+    partition = "rank"
+    """Per rank: results concatenate (``analysis.partitioned``)."""
+
+    def partition_for(self, params: Mapping[str, Any]) -> str:
+        """``by=rank`` is per rank; ``by=name`` combines ranks (whole trace)."""
+        return "rank" if params["by"] == "rank" else "trace"
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """Statistics per group, the histogram and the bimodality flag."""

@@ -49,6 +49,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import MAX_NS, Param, Result
+from traceatlas.analysis.partitioned import concat_counts
 from traceatlas.analysis.requirements import DEVICE_WORK
 
 if TYPE_CHECKING:
@@ -82,6 +83,9 @@ class Launch:
         Param("memory", bool, True, "include memcpy and memset (HTA include_memory_events)"),
     )
     requires = ("correlation",)
+    partition = "rank"
+    """Per rank: results concatenate (``analysis.partitioned``)."""
+    merge = staticmethod(concat_counts)
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """One row per matched device activity, and the per-rank summary."""

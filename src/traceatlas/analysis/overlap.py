@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import Result
+from traceatlas.analysis.partitioned import concat_counts
 from traceatlas.ops.unions import union_ns
 
 if TYPE_CHECKING:
@@ -45,6 +46,9 @@ class Overlap:
     description = "Communication overlapped by computation per rank; kernels in flight"
     params = ()
     requires = ("device",)
+    partition = "rank"
+    """Per rank: results concatenate (``analysis.partitioned``)."""
+    merge = staticmethod(concat_counts)
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """Per rank: comm_ns, compute_ns, overlapped_ns, overlap_pct; extra ``series``."""

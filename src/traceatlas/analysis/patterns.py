@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.annotations import device_rows, launched_by, nesting_levels
 from traceatlas.analysis.base import MAX_COUNT, MAX_NGRAM, Param, Result
+from traceatlas.analysis.partitioned import concat_counts
 from traceatlas.errors import InputError, MissingDataError
 from traceatlas.ops.unions import union_ns
 
@@ -60,6 +61,9 @@ class Patterns:
               "host categories of the ops, comma-separated"),
     )
     requires = ("device", "correlation")
+    partition = "rank"
+    """Per rank: results concatenate (``analysis.partitioned``)."""
+    merge = staticmethod(concat_counts)
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """Per rank, op and pattern: count, total_ns, mean_ns."""

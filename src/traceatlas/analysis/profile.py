@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import MAX_COUNT, Param, Result
+from traceatlas.analysis.partitioned import concat_counts
 from traceatlas.ops.exclusive import exclusive_intervals, rank_stats
 
 if TYPE_CHECKING:
@@ -79,6 +80,13 @@ class Profile:
               "selection (absent = 0) instead of the ranks that have the name"),
     )
     requires = ("intervals",)
+    partition = "rank"
+    """Per rank: results concatenate (``analysis.partitioned``)."""
+    merge = staticmethod(concat_counts)
+
+    def partition_for(self, params: Mapping[str, Any]) -> str:
+        """``by=rank`` is per rank; ``by=name`` combines ranks (whole trace)."""
+        return "rank" if params["by"] == "rank" else "trace"
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """The flat profile, sorted by exclusive time descending."""

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import MAX_COUNT, Param, Result
 from traceatlas.analysis.idle import launches
+from traceatlas.analysis.partitioned import concat_counts
 from traceatlas.analysis.requirements import DEVICE_WORK
 from traceatlas.ops.unions import union_ns
 
@@ -77,6 +78,9 @@ class Queue:
               "start (HTA)", ("end", "start")),
     )
     requires = ("device", "correlation")
+    partition = "rank"
+    """Per rank: results concatenate (``analysis.partitioned``)."""
+    merge = staticmethod(concat_counts)
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """Main: queue summary per stream; extras series, bandwidth, bandwidth_series."""

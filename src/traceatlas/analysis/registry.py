@@ -12,6 +12,7 @@ from traceatlas.analysis.requirements import REQUIREMENTS, explain
 from traceatlas.errors import InputError, MissingDataError
 
 if TYPE_CHECKING:
+    from traceatlas.engine.base import Engine
     from traceatlas.model.trace import Trace
 
 ANALYSES: Mapping[str, str] = {
@@ -131,9 +132,17 @@ def require(name: str, requirements: Sequence[str], trace: Trace) -> None:
     )
 
 
-def run(name: str, trace: Trace, params: Mapping[str, Any] | None = None) -> Result:
-    """Run the analysis ``name`` on ``trace`` with ``params`` (text or typed values)."""
+def run(name: str, trace: Trace, params: Mapping[str, Any] | None = None,
+        engine: Engine | None = None) -> Result:
+    """Run the analysis ``name`` on ``trace`` with ``params`` (text or typed values).
+    With an ``engine``, an analysis declared per rank (``analysis.partitioned``) runs
+    batch by batch of ranks on it (same result, bounded memory); others run whole."""
     analysis = get_analysis(name)
     typed = parse_params(analysis, params or {})
     check_requirements(analysis, trace)
+    if engine is not None:
+        from traceatlas.analysis import partitioned
+
+        if partitioned.is_partitioned(analysis, typed):
+            return partitioned.run_partitioned(analysis, trace, typed, engine)
     return analysis.run(trace, typed)

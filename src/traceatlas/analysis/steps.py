@@ -88,6 +88,8 @@ class Steps:
               "'^train_step (\\d+)$'); empty: the ProfilerStep#N step intervals"),
     )
     requires = ("intervals",)
+    partition = "rank"
+    """Per rank: results concatenate (``analysis.partitioned``)."""
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """Step windows per rank and their breakdown in priority order."""

@@ -44,6 +44,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import Result
+from traceatlas.analysis.partitioned import concat_counts
 from traceatlas.analysis.requirements import DEVICE_WORK
 from traceatlas.ops.unions import union_segments
 
@@ -97,6 +98,9 @@ class Syncs:
                    "call site behind each, user vs framework/collective, GPU idle after")
     params = ()
     requires = ("device",)
+    partition = "rank"
+    """Per rank: results concatenate (``analysis.partitioned``)."""
+    merge = staticmethod(concat_counts)
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """One row per sync; ``per_step`` and ``summary`` tables."""

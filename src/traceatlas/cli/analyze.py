@@ -3,6 +3,7 @@ the command line. Parameters, requirements and output come from each declaration
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -20,6 +21,7 @@ from traceatlas.cli.options import (
     _open,
     app,
 )
+from traceatlas.engine import Engine, LocalEngine, get_engine
 from traceatlas.errors import InputError
 from traceatlas.ops.select import parse_rank_spans, parse_window
 
@@ -57,11 +59,15 @@ def analyze_command(
         parse_rank_spans(ranks)
     if window is not None:
         parse_window(window)
-    trace = _open(path, engine)
-    if any(v is not None for v in (ranks, step, window, category, name_regex)):
-        trace = trace.select(ranks=ranks, step=step, window=window,
-                             categories=category or None, name=name_regex, clip=True)
-    result = analysis.run(name, trace, params)
+    eng = analysis_engine(engine)
+    try:
+        trace = _open(path, engine if isinstance(eng, LocalEngine) else eng)
+        if any(v is not None for v in (ranks, step, window, category, name_regex)):
+            trace = trace.select(ranks=ranks, step=step, window=window,
+                                 categories=category or None, name=name_regex, clip=True)
+        result = analysis.run(name, trace, params, engine=eng)
+    finally:
+        eng.close()
     frame = result.table
     if table is not None:
         if table not in result.extra:
@@ -82,6 +88,18 @@ def analyses_command() -> None:
         params = ", ".join(map(param_text, spec.params)) or "-"
         rows.append((name, spec.description, params, ", ".join(spec.requires) or "-"))
     output.print_rows(("analysis", "what", "params (defaults) [range]", "needs"), rows)
+
+
+def analysis_engine(spec: str) -> Engine:
+    """The engine analyses run on: ``local`` -> rank batches one after the other in this
+    process (bounded memory, no process start); ``dask[:N]`` or a scheduler address ->
+    batches as Dask tasks (the same engine ingests)."""
+    if spec == "local":
+        return LocalEngine(max_workers=1)
+    if spec != "dask" and "://" not in spec and not re.fullmatch(r"dask:[1-9][0-9]*", spec):
+        raise InputError("--engine", f"unknown engine {spec[:40]!r}: use local, dask, "
+                         "dask:N or a scheduler address (tcp://host:port)")
+    return get_engine(spec)
 
 
 def param_text(param: Param) -> str:

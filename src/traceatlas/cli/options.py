@@ -17,6 +17,7 @@ import typer
 
 import traceatlas
 from traceatlas.cli import output
+from traceatlas.engine.base import Engine
 from traceatlas.errors import InputError, QueryError, StoreError, TraceAtlasError
 
 app = typer.Typer(
@@ -31,7 +32,9 @@ EXIT_BAD_INPUT = 2
 
 EngineOpt = Annotated[
     str,
-    typer.Option("--engine", help="local (default), dask (LocalCluster) or tcp://scheduler:8786"),
+    typer.Option("--engine", envvar="TRACEATLAS_ENGINE",
+                 help="local (default), dask[:N] (LocalCluster of N workers) or "
+                 "tcp://scheduler:8786; default from TRACEATLAS_ENGINE"),
 ]
 FORMATS = ("table", "json", "csv")
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table | json | csv")]
@@ -108,6 +111,6 @@ def _is_sibling(name: str, path: Path) -> bool:
     return not top.startswith("..") and top.startswith(f".{base}.")
 
 
-def _open(paths: list[Path], engine: str) -> traceatlas.Trace:
+def _open(paths: list[Path], engine: str | Engine) -> traceatlas.Trace:
     with output.progress("ingest") as bar:
         return traceatlas.open([str(p) for p in paths], engine=engine, progress=bar)

@@ -8,7 +8,8 @@ from traceatlas.errors import EngineError
 
 
 def get_engine(spec: str | Engine | None = None) -> Engine:
-    """``None``/``"local"`` -> LocalEngine; ``"dask"`` -> DaskEngine on a LocalCluster;
+    """``None``/``"local"`` -> LocalEngine; ``"dask"`` (``"dask:N"``: N workers) ->
+    DaskEngine on a LocalCluster;
     ``"tcp://host:port"`` -> DaskEngine connected to that scheduler."""
     if isinstance(spec, Engine):
         return spec
@@ -18,6 +19,9 @@ def get_engine(spec: str | Engine | None = None) -> Engine:
 
     if spec == "dask":
         return DaskEngine()
+    if spec.startswith("dask:") and spec[5:].isdigit() and int(spec[5:]) > 0:
+        return DaskEngine(n_workers=int(spec[5:]))
     if "://" in spec:
         return DaskEngine(address=spec)
-    raise EngineError(f"unknown engine {spec!r}: use 'local', 'dask' or a scheduler address")
+    raise EngineError(f"unknown engine {spec!r}: use 'local', 'dask', 'dask:N' or a "
+                      "scheduler address")

@@ -20,13 +20,17 @@ if TYPE_CHECKING:  # polars is imported on first use: commands that only ingest 
     from traceatlas.ops.select import Selection
 
 
-def scan_parts(store: Path, table: str) -> pl.LazyFrame:
+def scan_parts(store: Path, table: str, ranks: frozenset[int] | None = None
+               ) -> pl.LazyFrame:
     """A lazy frame over the part files of ``table`` in ``store`` (an empty frame with
     the canonical schema when there is none). The parts are listed, never globbed, so a
-    store path may hold ``[``, ``*`` or ``?``."""
+    store path may hold ``[``, ``*`` or ``?``. ``ranks``: only those ranks' parts (a part
+    holds the rows of its own rank)."""
     import polars as pl
 
     parts = table_parts(store, table)
+    if ranks is not None:
+        parts = [p for p in parts if int(p.parent.name.partition("=")[2]) in ranks]
     if not parts:
         return pl.from_arrow(empty_table(table)).lazy()  # type: ignore[union-attr]
     return pl.scan_parquet(parts, hive_partitioning=False, glob=False)
@@ -94,7 +98,12 @@ class Trace:
         """A lazy frame over every rank of ``table``."""
         if table not in TABLES:
             raise KeyError(f"unknown table {table!r}; tables: {', '.join(sorted(TABLES))}")
-        frame = scan_parts(self.path, table)
+        kept = None  # the parts of the selected ranks only (messages: either side's part)
+        if table != "messages":
+            for sel in self.selections:
+                if sel.ranks is not None:
+                    kept = frozenset(sel.ranks) if kept is None else kept & set(sel.ranks)
+        frame = scan_parts(self.path, table, kept)
         for sel in self.selections:
             frame = sel.apply(frame, table)
         return frame

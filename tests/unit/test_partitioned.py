@@ -1,0 +1,148 @@
+"""Analyses mapped over rank batches (``analysis.partitioned``): batching, the note merge,
+the declarations, and whole-trace vs partitioned results on a synthetic 256-rank MPI
+trace (expected = the same analysis run whole in one process: a second code path)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+import traceatlas
+from traceatlas.analysis import registry
+from traceatlas.analysis.base import Result
+from traceatlas.analysis.partitioned import (
+    concat_counts,
+    is_partitioned,
+    rank_batches,
+    run_partitioned,
+)
+from traceatlas.engine import LocalEngine
+from traceatlas.ingest import ingest
+from traceatlas.testing.mpi import write_mpi_trace
+
+
+def test_rank_batches_cover_every_rank_once_in_order() -> None:
+    ranks = [0, 2, 3, 5, 8, 9, 11]
+    batches = rank_batches(ranks, 3)
+    assert batches == [(0, 2, 3), (5, 8, 9), (11,)]
+    assert rank_batches(ranks, 0) == [(r,) for r in ranks]  # at least one rank a task
+
+
+def test_concat_counts_sums_counts_keeps_other_notes() -> None:
+    one = Result(pl.DataFrame({"rank": [0], "x": [1]}),
+                 notes=["64 device activities without a matched launch",
+                        "device -1: no device index", "rank(s) 0: no correlation ids"])
+    two = Result(pl.DataFrame({"rank": [1], "x": [2]}),
+                 notes=["64 device activities without a matched launch",
+                        "3 of 10 rows, 2.5 us"])
+    three = Result(pl.DataFrame({"rank": [2], "x": [3]}),
+                   notes=["1 of 7 rows, 2.5 us", "device -1: no device index"])
+    out = concat_counts([one, two, three], {})
+    assert out.table["rank"].to_list() == [0, 1, 2]
+    # 64 + 64; 3 + 1 of 10 + 7; the decimal and the negative device index are not counts
+    assert out.notes == ["128 device activities without a matched launch",
+                         "device -1: no device index", "rank(s) 0: no correlation ids",
+                         "4 of 17 rows, 2.5 us"]
+
+
+def test_declarations_follow_parameters() -> None:
+    kernels = registry.get_analysis("kernels")
+    assert is_partitioned(kernels, {"by": "rank"})
+    assert not is_partitioned(kernels, {"by": "name"})
+    assert not is_partitioned(registry.get_analysis("comm_matrix"), {})
+    assert not is_partitioned(registry.get_analysis("critical_path"), {})
+
+
+@pytest.fixture(scope="module")
+def mpi256(tmp_path_factory: pytest.TempPathFactory) -> traceatlas.Trace:
+    root = tmp_path_factory.mktemp("mpi256")
+    made = write_mpi_trace(root / "mpi.prv", ranks=256, iterations=2, imbalance=0.3,
+                           heavy_ranks=(3, 77, 200))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        store = ingest(made.path, root / "store", engine=LocalEngine(1))
+    return traceatlas.Trace(store)
+
+
+def _sorted(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.sort(frame.columns, nulls_last=True)
+
+
+def test_every_partitioned_analysis_on_256_ranks(mpi256: traceatlas.Trace) -> None:
+    """Each analysis declared per rank that applies gives the whole-trace tables when run
+    in batches of 15 ranks (uneven: 256 = 17 x 15 + 1) inline."""
+    assert len(mpi256.ranks) == 256
+    checked = []
+    for name in registry.ANALYSES:
+        analysis = registry.get_analysis(name)
+        for params in _param_sets(name):
+            typed = registry.parse_params(analysis, params)
+            if not is_partitioned(analysis, typed):
+                continue
+            try:
+                registry.check_requirements(analysis, mpi256)
+            except registry.MissingDataError:
+                continue
+            try:
+                whole = analysis.run(mpi256, typed)
+            except registry.MissingDataError:
+                with pytest.raises(registry.MissingDataError):
+                    run_partitioned(analysis, mpi256, typed, LocalEngine(1), ranks_per_task=15)
+                continue
+            parts = run_partitioned(analysis, mpi256, typed, LocalEngine(1), ranks_per_task=15)
+            assert_frame_equal(_sorted(parts.table), _sorted(whole.table), rel_tol=1e-12)
+            assert parts.table.height == whole.table.height
+            assert sorted(parts.extra) == sorted(whole.extra)
+            assert parts.notes == whole.notes
+            checked.append((name, params))
+    assert ("profile", {"by": "rank"}) in checked
+
+
+def _param_sets(name: str) -> list[dict[str, str]]:
+    return [{"by": "rank"}] if name in ("profile", "kernels") else [{}]
+
+
+def test_registry_run_with_engine_process_pool(mpi256: traceatlas.Trace) -> None:
+    """Through ``registry.run(engine=...)`` on 2 processes: the per-rank profile equals the
+    whole one; comm_matrix (not per rank) runs whole and equals the plain run."""
+    whole = registry.run("profile", mpi256, {"by": "rank"})
+    pooled = registry.run("profile", mpi256, {"by": "rank"}, engine=LocalEngine(2))
+    assert_frame_equal(pooled.table, whole.table)
+    assert pooled.table["rank"].n_unique() == 256
+    plain = registry.run("comm_matrix", mpi256)
+    assert_frame_equal(registry.run("comm_matrix", mpi256, engine=LocalEngine(2)).table,
+                       plain.table)
+
+
+def test_selection_travels_to_the_workers(mpi256: traceatlas.Trace) -> None:
+    """A view (ranks 10-40, a window) is re-applied by each worker: same as whole."""
+    start = int(mpi256.intervals.select("start_ns").min().collect().item())
+    view = mpi256.select(ranks="10-40", window=(start, start + 1_500_000), clip=True)
+    analysis = registry.get_analysis("profile")
+    typed = registry.parse_params(analysis, {"by": "rank"})
+    whole = analysis.run(view, typed)
+    parts = run_partitioned(analysis, view, typed, LocalEngine(1), ranks_per_task=4)
+    assert_frame_equal(parts.table, whole.table)
+    assert set(parts.table["rank"].to_list()) == set(range(10, 41))
+
+
+def test_cli_engine_env_and_bad_engine(mpi256: traceatlas.Trace, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from traceatlas.cli.main import app
+
+    runner = CliRunner()
+    args = ["analyze", "profile", str(mpi256.path), "-p", "by=rank", "-f", "csv"]
+    local = runner.invoke(app, args)
+    assert local.exit_code == 0, local.output
+    expected = registry.run("profile", mpi256, {"by": "rank"}).table
+    assert local.output.count("\n") == expected.height + 1
+    monkeypatch.setenv("TRACEATLAS_ENGINE", "nonsense")
+    bad = runner.invoke(app, args)
+    assert bad.exit_code == 2
+    assert "--engine" in bad.output and "Traceback" not in bad.output
