@@ -152,3 +152,52 @@ def test_random_mixes_match_the_oracle(lines: list[bytes], block: int, end: bool
                                        threads: int) -> None:
     data = HEADER + b"\n".join(lines) + (b"\n" if end else b"")
     _compare(data, block_bytes=block, threads=threads)
+
+
+_SMALL = st.integers(0, 3)
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=st.lists(st.tuples(_SMALL, st.integers(1, 3), _SMALL, st.integers(0, 6)),
+                     max_size=60), monotone=st.booleans())
+def test_region_order_equals_the_five_key_lexsort(
+        rows: list[tuple[int, int, int, int]], monotone: bool) -> None:
+    from traceatlas.io.paraver import _group_ids, _region_order
+
+    a = np.asarray(rows, dtype=np.int64).reshape(-1, 4)
+    rank, thread, etype, time = a[:, 0], a[:, 1], a[:, 2] + 50_000_001, a[:, 3]
+    if monotone:
+        time = np.sort(time)
+    order = np.arange(len(a), dtype=np.int64) * 3
+    ridx = np.flatnonzero(etype != 50_000_003)  # some rows are not regions
+    sort, group = _region_order(ridx, rank, thread, etype, time, order)
+    want = ridx[np.lexsort((order[ridx], time[ridx], etype[ridx], thread[ridx], rank[ridx]))]
+    assert sort.tolist() == want.tolist()
+    key = np.stack([rank[want], thread[want], etype[want]], axis=1)
+    assert group.tolist() == _group_ids(key).tolist()
+
+
+@settings(max_examples=80, deadline=None)
+@given(events=st.lists(st.tuples(st.integers(0, 2), st.booleans()), max_size=50))
+def test_pair_regions_equals_a_stack_per_group(events: list[tuple[int, bool]]) -> None:
+    """LIFO pairing against a plain stack per group (a close on an empty stack is
+    unmatched, what stays open is unclosed)."""
+    from traceatlas.io.paraver import pair_regions
+
+    events = sorted(events, key=lambda e: e[0])  # grouped, file order kept within
+    group = np.asarray([g for g, _ in events], dtype=np.int64)
+    opens = np.asarray([o for _, o in events], dtype=bool)
+    stacks: dict[int, list[int]] = {}
+    pairs, unmatched = set(), []
+    for i, (g, is_open) in enumerate(events):
+        stack = stacks.setdefault(g, [])
+        if is_open:
+            stack.append(i)
+        elif stack:
+            pairs.add((stack.pop(), i))
+        else:
+            unmatched.append(i)
+    unclosed = sorted(i for s in stacks.values() for i in s)
+    o, c, u, m = pair_regions(group, opens)
+    assert set(zip(o.tolist(), c.tolist(), strict=True)) == pairs and len(o) == len(pairs)
+    assert u.tolist() == unclosed and m.tolist() == unmatched

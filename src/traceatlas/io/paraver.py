@@ -186,7 +186,9 @@ def pair_regions(group: I64, opens: npt.NDArray[np.bool_]) -> tuple[I64, I64, I6
     unmatched = ~opens & (run < prev_low)
     level = run - low + np.where(opens, 0, 1)
     keep = np.flatnonzero(~unmatched)
-    seq = keep[np.lexsort((keep, level[keep], group[keep]))]
+    kg, kl = group[keep], level[keep]
+    span = int(kl.max(initial=0)) + 1
+    seq = keep[_stable_order(kg * span + kl, (keep, kl, kg))]
     is_open = opens[seq]
     same = (group[seq][1:] == group[seq][:-1]) & (level[seq][1:] == level[seq][:-1])
     hit = is_open[:-1] & ~is_open[1:] & same
@@ -211,6 +213,7 @@ class _Assembler:
         self.pair_counts: dict[str, int] = {}
         self.undeclared: list[int] = []
         self.counter_types: dict[str, int] = {}  # counter name -> event type (for export)
+        self._shared_json: dict[str, str] | None = None
 
     def rank_of(self, appl: I64, task: I64) -> I64:
         """Rank of (application, task) columns: application offset + task - 1."""
@@ -275,7 +278,8 @@ class _Assembler:
                               dict[str, Any] | None]:
         b, pcf = self.body, self.pcf
         line, etype, value, order = (b.pairs[:, i] for i in range(4))
-        fields = b.ev_fields[line]
+        # one pair per line (as many pairs as lines): pair i is on line i
+        fields = b.ev_fields if len(line) == len(b.ev_fields) else b.ev_fields[line]
         rank = self.rank_of(fields[:, 2], fields[:, 3])
         thread, time = fields[:, 4], fields[:, 5] + self.origin
         types = np.unique(etype).tolist()
@@ -292,10 +296,7 @@ class _Assembler:
         is_counter = np.isin(etype, counter_types)
         ridx = np.flatnonzero(is_region)
         # Group = (rank, thread, type); order within by time, then file order.
-        sort = ridx[np.lexsort((order[ridx], time[ridx], etype[ridx], thread[ridx],
-                                rank[ridx]))]
-        group_key = np.stack([rank[sort], thread[sort], etype[sort]], axis=1)
-        group = _group_ids(group_key)
+        sort, group = _region_order(ridx, rank, thread, etype, time, order)
         o, c, unclosed, unmatched = pair_regions(group, value[sort] != 0)
         o_i, c_i, u_i = sort[o], sort[c], sort[unclosed]
         self.pair_counts = {
@@ -459,11 +460,16 @@ class _Assembler:
             "paraver_counter_types": self.counter_types,
             "paraver_states_derived": self.pcf.derived_states,
             "paraver_applications": [len(t) for t in self.header.threads],
-            DATA_QUALITY_KEY: notes_json(self.notes),
+            DATA_QUALITY_KEY: self.notes,
         }
+        if self._shared_json is None:  # all but the rank's counts: encoded once
+            items[DATA_QUALITY_KEY] = notes_json(self.notes)
+            self._shared_json = {k: json.dumps(v) for k, v in items.items()}
+        shared = self._shared_json
+        values = [json.dumps(mine) if k == "paraver_record_counts_rank" else shared[k]
+                  for k in items]
         return pa.table({"key": pa.array(list(items), pa.string()),
-                         "value": pa.array([json.dumps(v) for v in items.values()],
-                                           pa.string())})
+                         "value": pa.array(values, pa.string())})
 
 
 def _device_op(category: str | None, name: str) -> str:
@@ -491,6 +497,44 @@ def _unique_pairs(a: I64, b: I64) -> tuple[I64, I64]:
     uniq = np.frombuffer(encoded.dictionary.buffers()[1], dtype=np.int64,
                          count=2 * len(encoded.dictionary)).reshape(-1, 2)
     return uniq, np.asarray(encoded.indices.to_numpy(), dtype=np.int64)
+
+
+def _stable_order(key: I64, keys: tuple[I64, ...]) -> I64:
+    """Stable argsort of ``key`` (a radix sort when it fits 16 bits); ``np.lexsort(keys)``
+    when ``key`` may have overflowed (negative or past 2^62)."""
+    if not len(key):
+        return np.zeros(0, dtype=np.int64)
+    low, high = int(key.min()), int(key.max())
+    if low < 0 or high >= 1 << 62:
+        return np.asarray(np.lexsort(keys), dtype=np.int64)
+    small = key.astype(np.uint16) if high < 1 << 16 else key
+    return np.asarray(np.argsort(small, kind="stable"), dtype=np.int64)
+
+
+def _region_order(ridx: I64, rank: I64, thread: I64, etype: I64, time: I64,
+                  order: I64) -> tuple[I64, I64]:
+    """(``ridx`` sorted by (rank, thread, type, time, file order), group id of each).
+
+    ``ridx`` is in file order; a stable sort on the group alone gives the same order
+    whenever times never decrease within a group in file order (checked; otherwise the
+    five-key lexsort)."""
+    if not len(ridx):
+        return ridx, np.zeros(0, dtype=np.int64)
+    r, th, ty = rank[ridx], thread[ridx], etype[ridx]
+    types, ty_code = np.unique(ty, return_inverse=True)
+    th_low = int(th.min())
+    th_span = int(th.max()) - th_low + 1
+    r_low = int(r.min())
+    n_groups = (int(r.max()) - r_low + 1) * th_span * len(types)
+    if n_groups < 1 << 62:
+        key = ((r - r_low) * th_span + (th - th_low)) * len(types) + ty_code
+        by_group = _stable_order(key, (key,))
+        ks, ts = key[by_group], time[ridx][by_group]
+        change = ks[1:] != ks[:-1]
+        if bool(np.all((ts[1:] >= ts[:-1]) | change)):
+            return ridx[by_group], np.concatenate(([0], np.cumsum(change))).astype(np.int64)
+    sort = ridx[np.lexsort((order[ridx], time[ridx], etype[ridx], thread[ridx], rank[ridx]))]
+    return sort, _group_ids(np.stack([rank[sort], thread[sort], etype[sort]], axis=1))
 
 
 def _group_ids(key: I64) -> I64:
@@ -529,7 +573,7 @@ def _split(name: str, columns: dict[str, Any] | None, n_ranks: int) -> list[pa.T
     if columns is None:
         return [empty_table(name).drop_columns(["rank"]) for _ in range(n_ranks)]
     rank = np.asarray(columns["rank"], dtype=np.int64)
-    order = np.argsort(rank, kind="stable")
+    order = np.argsort(rank.astype(np.uint16) if n_ranks <= 1 << 16 else rank, kind="stable")
     bounds = np.searchsorted(rank[order], np.arange(n_ranks + 1))
     table = pa.table({k: (pa.array(v) if isinstance(v, np.ndarray) else v)
                       for k, v in columns.items() if k != "rank"}).take(pa.array(order))

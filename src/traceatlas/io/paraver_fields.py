@@ -283,6 +283,11 @@ def _events(blocks: list[_Block], bases: I64, check: _Records) -> tuple[I64, I64
     head, lines = _subset(head, keep), _subset(lines, keep)
     if len(n_pairs) and int(n_pairs.min()) == stride - 1:  # the same pair count per line
         m = stride - 1
+        if m == 1:  # one pair per line
+            etype = np.concatenate([v[a + 6] for a, v in zip(at_parts, val_parts, strict=True)])
+            value = np.concatenate([v[a + 7] for a, v in zip(at_parts, val_parts, strict=True)])
+            owner = np.arange(len(etype), dtype=np.int64)
+            return head, lines, _columns(owner, etype, value, 2 * owner)
         step = 6 + 2 * np.arange(m, dtype=np.int64)
         etype = np.concatenate([v[a[:, None] + step].ravel() for a, v in
                                 zip(at_parts, val_parts, strict=True)])
