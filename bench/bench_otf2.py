@@ -1,16 +1,20 @@
-"""OTF2 reader speed: the event-object path (``Collector``) against the fast path
-(``otf2_raw`` + ``otf2_fast``) on a synthetic MPI ring (bench_formats.write_otf2), in the
-same invocation; events/s and the equality of the tables.
+"""OTF2 reader speed: the event-object path (``Collector``), the fast path serial
+(``otf2_raw`` + ``otf2_fast``) and the fast path with the locations read by worker
+processes (``otf2_parallel``), on a synthetic MPI ring (bench_formats.write_otf2), in the
+same invocation; wall and CPU seconds (parent + workers), events/s, the machine's load
+average before each run, the best of ``--repeat`` runs, and whether the tables are equal.
 
-    .venv/bin/python bench/bench_otf2.py --dir /work/tmp_otf2 --ranks 64 --iters 300 \
-        --json-out bench/results_otf2.json
+    .venv/bin/python bench/bench_otf2.py --dir /work/tmp_otf2 --ranks 64 --iters 11160 \
+        --repeat 3 --json-out bench/results_otf2.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import resource
 import shutil
 import sys
 import time
@@ -26,20 +30,32 @@ from traceatlas.io.otf2 import Otf2Reader
 from traceatlas.io.sources import Source
 
 
-def _read(anchor: Path, fast: bool) -> tuple[float, float, Any]:
+def _cpu() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _read(anchor: Path, mode: str, threads: int) -> tuple[dict[str, Any], Any]:
     reader = Otf2Reader()
-    reader.fast = fast
+    reader.fast = mode != "old"
+    reader.parallel_min_events = 0 if mode == "parallel" else 1 << 62
+    load = os.getloadavg()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        start, cpu = time.perf_counter(), time.process_time()
-        out = reader.read(Source(str(anchor)))
-        return time.perf_counter() - start, time.process_time() - cpu, out
+        start, cpu = time.perf_counter(), _cpu()
+        out = reader.read(Source(str(anchor)), threads=threads)
+        wall, used = time.perf_counter() - start, _cpu() - cpu
+    return {"wall_s": round(wall, 3), "cpu_s": round(used, 3),
+            "loadavg_1_5_15": [round(x, 2) for x in load]}, out
 
 
 def _same(a: Any, b: Any) -> bool:
     for x, y in zip(a, b, strict=True):
         for name, table in x.tables.items():
-            cols = [(c, "ascending") for c in table.column_names]
+            cols = [(c, "ascending") for c in table.column_names if c != "args"] + [
+                ("args", "ascending")] if "args" in table.column_names else [
+                (c, "ascending") for c in table.column_names]
             if not table.sort_by(cols).equals(y.tables[name].sort_by(cols)):
                 return False
     return True
@@ -50,7 +66,10 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=Path("/work/tmp_otf2"))
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--iters", type=int, default=300)
-    ap.add_argument("--skip-old", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--modes", default="old,serial,parallel")
+    ap.add_argument("--old-repeat", type=int, default=1, help="runs of the slow old path")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--json-out", type=Path)
     args = ap.parse_args()
@@ -62,20 +81,34 @@ def main() -> None:
 
     with otf2.reader.open(str(anchor)) as r:
         events = sum(loc.number_of_events for loc in r.definitions.locations)
-    new_s, new_cpu, new = _read(anchor, True)
     record: dict[str, Any] = {
-        "command": " ".join(["bench/bench_otf2.py", *sys.argv[1:]]),
-        "machine": platform.node(), "events": events,
+        "command": " ".join([".venv/bin/python bench/bench_otf2.py", *sys.argv[1:]]),
+        "machine": platform.node(), "cores": os.cpu_count(), "threads": args.threads,
+        "events": events,
         "input_bytes": sum(p.stat().st_size for p in root.rglob("*") if p.is_file()),
-        "fast_s": round(new_s, 3), "fast_events_per_s": round(events / new_s),
-        "fast_cpu_s": round(new_cpu, 3), "fast_events_per_cpu_s": round(events / new_cpu),
+        "note": "best of the runs by wall time; cpu_s counts the parent and its worker "
+                "processes; loadavg is os.getloadavg() just before the run (the machine is "
+                "shared)",
     }
-    if not args.skip_old:
-        old_s, old_cpu, old = _read(anchor, False)
-        record.update(old_s=round(old_s, 3), old_events_per_s=round(events / old_s),
-                      old_cpu_s=round(old_cpu, 3),
-                      old_events_per_cpu_s=round(events / old_cpu),
-                      speedup=round(old_s / new_s, 2), identical_tables=_same(old, new))
+    outs: dict[str, Any] = {}
+    for mode in args.modes.split(","):
+        runs = []
+        for _ in range(args.old_repeat if mode == "old" else args.repeat):
+            stats, out = _read(anchor, mode, args.threads)
+            runs.append(stats)
+            print(mode, json.dumps(stats), flush=True)
+            outs[mode] = out
+        best = min(runs, key=lambda s: s["wall_s"])
+        record[mode] = {**best, "events_per_s": round(events / best["wall_s"]),
+                        "events_per_cpu_s": round(events / best["cpu_s"]), "runs": runs}
+    fast = [m for m in ("serial", "parallel") if m in outs]
+    for mode in fast:
+        if "old" in outs:
+            record[mode]["identical_to_old"] = _same(outs["old"], outs[mode])
+            record[mode]["speedup_wall_vs_old"] = round(
+                record["old"]["wall_s"] / record[mode]["wall_s"], 2)
+    if len(fast) == 2:
+        record["parallel"]["identical_to_serial"] = _same(outs["serial"], outs["parallel"])
     print(json.dumps(record))
     if args.json_out:
         args.json_out.write_text(json.dumps(record, indent=2) + "\n")

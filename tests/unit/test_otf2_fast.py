@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from otf2.enums import (  # type: ignore[import-untyped]
+    Base,
     CollectiveOp,
     GroupType,
     LocationGroupType,
@@ -79,7 +80,7 @@ def _uses_fast(anchor: Path, monkeypatch: pytest.MonkeyPatch) -> bool:
 
 # A random trace: per rank a list of operations, written in order with growing times.
 _OP = st.sampled_from(["call", "nested", "send", "recv", "coll", "bare_coll", "metric",
-                       "param", "kernel", "open"])
+                       "metric2", "param", "kernel", "open"])
 
 
 @st.composite
@@ -117,6 +118,10 @@ def _write_random(root: Path, plan: list[list[tuple[str, int, int]]]) -> Path:
             ("sgemm", Paradigm.CUDA, RegionRole.KERNEL),
             ("cudaMemcpyHtoD", Paradigm.CUDA, RegionRole.DATA_TRANSFER))}
         ins = d.metric("PAPI_TOT_INS", unit="#", value_type=Type.UINT64)
+        pair = d.metric_class([  # INT64 and DOUBLE members, scaled by base**exponent
+            d.metric_member("offset", value_type=Type.INT64, base=Base.BINARY, exponent=3),
+            d.metric_member("power", value_type=Type.DOUBLE, base=Base.DECIMAL,
+                            exponent=-3)])
         param = d.parameter("iteration", parameter_type=otf2.ParameterType.INT64)
         t_gpu = 1_000
         for r, ops in enumerate(plan):
@@ -152,6 +157,8 @@ def _write_random(root: Path, plan: list[list[tuple[str, int, int]]]) -> Path:
                     w.mpi_collective_end(t + 2, CollectiveOp.BARRIER, world, 0, 0, 0)
                 elif op == "metric":
                     w.metric(t, ins, 1000 * a + b)
+                elif op == "metric2":
+                    w.metric(t, pair, [a - 2 * b, 0.25 * a + b / 3])
                 elif op == "param":
                     w.parameter_int(t, param, a - b)
                 elif op == "kernel":

@@ -34,6 +34,7 @@ from traceatlas.errors import CorruptTraceError, DataQualityWarning, Unsupported
 from traceatlas.io.otf2_events import Collector, LocInfo, enum_name
 from traceatlas.io.otf2_fast import FastResult, build
 from traceatlas.io.otf2_fast import tables as fast_tables
+from traceatlas.io.otf2_parallel import PARALLEL_MIN_EVENTS, read_parallel
 from traceatlas.io.otf2_raw import read_raw
 from traceatlas.io.reading import RankData
 from traceatlas.io.sources import Source
@@ -79,10 +80,16 @@ class Otf2Reader:
     """Read the events through ``otf2_raw``/``otf2_fast`` where they can take the trace;
     False: always through ``Collector`` (the reference the tests compare against)."""
 
-    @staticmethod
-    def _fast(anchor: str, defs: Any, layout: Layout) -> FastResult | None:
+    parallel_min_events = PARALLEL_MIN_EVENTS
+    """Archives with at least this many events are read by ``threads`` worker processes."""
+
+    def _fast(self, anchor: str, defs: Any, layout: Layout, threads: int) -> FastResult | None:
         refs = [loc._ref for loc in defs.locations]
-        raw = read_raw(anchor, defs, refs)
+        sizes = [int(loc.number_of_events) for loc in defs.locations]
+        if threads > 1 and len(refs) > 1 and sum(sizes) >= self.parallel_min_events:
+            raw = read_parallel(anchor, refs, sizes, threads)
+        else:
+            raw = read_raw(anchor, defs, refs)
         fast = build(raw, defs, layout.locations, dict(layout.next_track), refs)
         if fast is not None:
             layout.next_track.clear()
@@ -104,7 +111,7 @@ class Otf2Reader:
                     _check_event_files(source.display, anchor, reader.definitions)
                     defs = reader.definitions
                     layout = _layout(defs)
-                    fast = self._fast(anchor, defs, layout) if self.fast else None
+                    fast = self._fast(anchor, defs, layout, threads) if self.fast else None
                     collector: Any = fast
                     if fast is None:
                         collector = Collector(defs, layout.locations, layout.next_track)

@@ -361,18 +361,20 @@ class Collector:
         return found
 
     def _instant(self, ref: int, t: int, event: Any, name: str) -> None:
-        info = self._locs[ref]
-        args = _event_args(event)
-        attrs = args.get("attributes")
-        if isinstance(attrs, dict) and isinstance(attrs.get("ProcessId"), int):
-            self._pids.setdefault(info.rank, attrs["ProcessId"])
+        category, args, pid = instant_row(event)
+        self.add_instant(ref, t, name, category, args, pid)
+
+    def add_instant(self, ref: int, t: int, name: str, category: str, args: str,
+                    pid: int | None) -> None:
+        """One instant row (``t`` in ticks since the global offset)."""
+        if pid is not None:
+            self._pids.setdefault(self._locs[ref].rank, pid)
         i_ref, i_t, i_name, i_cat, i_args = self.instants
         i_ref.append(ref)
         i_t.append(t)
         i_name.append(name)
-        kind = type(event).__name__
-        i_cat.append(next((c for p, c in _INSTANT_CATEGORY if kind.startswith(p)), "other"))
-        i_args.append(json.dumps(args, default=str))
+        i_cat.append(category)
+        i_args.append(args)
 
     # -- the tables -------------------------------------------------------------------
 
@@ -611,6 +613,17 @@ def _region_info(region: Any, on_gpu: bool) -> tuple[str, str, str, str | None,
             "source_file": region.source_file, "begin_line": region.begin_line_number,
             "end_line": region.end_line_number, "region_ref": region._ref}
     return name, category, paradigm, kind, args
+
+
+def instant_row(event: Any) -> tuple[str, str, int | None]:
+    """(category, args JSON, ProcessId attribute when an int) of an instant event."""
+    args = _event_args(event)
+    attrs = args.get("attributes")
+    pid = attrs["ProcessId"] if isinstance(attrs, dict) and isinstance(
+        attrs.get("ProcessId"), int) else None
+    kind = type(event).__name__
+    category = next((c for p, c in _INSTANT_CATEGORY if kind.startswith(p)), "other")
+    return category, json.dumps(args, default=str), pid
 
 
 def _plain(value: Any) -> Any:

@@ -12,7 +12,7 @@ Bulk decoding of the OTF2 buffers (option (c)) was not attempted.
 What the fast path does not model returns ``None`` (the caller then runs ``Collector``,
 which stays the reference): non-blocking MPI records, a Leave that does not close the
 innermost open Enter, a collective End without its Begin (or two Begins in a row).
-Instants and metrics go through ``Collector`` itself, fed in time order.
+Metrics are decoded on columns (``otf2_metrics``); instants arrive rendered.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from traceatlas.io.otf2_events import Collector, LocInfo, _converter, _region_info, enum_name
+from traceatlas.io.otf2_metrics import counter_columns, counter_table
 from traceatlas.io.otf2_raw import RawEvents
 from traceatlas.ops.nesting import nesting_depth, sort_for_nesting
 
@@ -39,6 +40,7 @@ class FastResult:
         self.counts = counts
         self.backwards = backwards
         self.intervals: pa.Table | None = None
+        self.counters: dict[str, Any] = {}
         self.messages: dict[str, Any] | None = None
         self.unclosed = (0, 0)
         self.problems: dict[str, int] = {}
@@ -64,13 +66,14 @@ class FastResult:
 class _Loc:
     """One location's hot arrays (numpy views)."""
 
-    def __init__(self, raw: RawEvents, prev: tuple[int, int, int, int],
-                 span: tuple[int, int, int, int], el: tuple[np.ndarray[Any, Any], ...]) -> None:
+    def __init__(self, raw: RawEvents, prev: tuple[int, ...], span: tuple[int, ...],
+                 el: tuple[np.ndarray[Any, Any], ...]) -> None:
         t, r, pos = el
         self.t, self.r, self.pos = t[prev[0]:span[0]], r[prev[0]:span[0]], pos[prev[0]:span[0]]
         self.p2p = _rows(raw.p2p, prev[1], span[1], 7)
         self.cb = _rows(raw.cb, prev[2], span[2], 2)
         self.ce = _rows(raw.ce, prev[3], span[3], 7)
+        self.met = _rows(raw.met, prev[4], span[4], 4)
 
 
 def _rows(values: Any, start: int, stop: int, width: int) -> np.ndarray[Any, Any]:
@@ -90,8 +93,9 @@ def build(raw: RawEvents, defs: Any, locations: dict[int, LocInfo],
     el = tuple(np.frombuffer(a, dtype=I64) if len(a) else np.zeros(0, I64)
                for a in (raw.el_t, raw.el_r, raw.el_pos))
     rare_by_loc: dict[int, list[tuple[int, int]]] = {}
-    for ref, t, pos, _ev in raw.rare:
-        rare_by_loc.setdefault(ref, []).append((pos, t))
+    for inst in raw.rare:
+        rare_by_loc.setdefault(inst.ref, []).append((inst.pos, inst.t))
+    met_ref: list[np.ndarray[Any, Any]] = []
     regions = {r._ref: r for r in defs.regions}
     comms = {c._ref: c for c in defs.comms}
     frames: list[tuple[np.ndarray[Any, Any], ...]] = []  # per location: ref, start, end,
@@ -103,7 +107,7 @@ def build(raw: RawEvents, defs: Any, locations: dict[int, LocInfo],
     recvs: list[np.ndarray[Any, Any]] = []
     problems: dict[str, int] = {}
     unclosed = [0, 0]
-    prev = (0, 0, 0, 0)
+    prev: tuple[int, ...] = (0, 0, 0, 0, 0)
     is_mpi = np.zeros(max(regions, default=0) + 1, dtype=bool)
     for ref, region in regions.items():
         is_mpi[ref] = enum_name(region.paradigm) == "MPI"
@@ -115,9 +119,11 @@ def build(raw: RawEvents, defs: Any, locations: dict[int, LocInfo],
         rare = rare_by_loc.get(ref, [])
         # times of every event in stream order: backwards check and the last time
         pos_all = np.concatenate([loc.pos, loc.p2p[:, 1], loc.cb[:, 1], loc.ce[:, 1],
-                                  np.asarray([p for p, _ in rare], dtype=I64)])
+                                  loc.met[:, 1], np.asarray([p for p, _ in rare], dtype=I64)])
         t_all = np.concatenate([loc.t, loc.p2p[:, 0], loc.cb[:, 0], loc.ce[:, 0],
+                                loc.met[:, 0],
                                 np.asarray([t for _, t in rare], dtype=I64)]) - offset
+        met_ref.append(np.full(len(loc.met), ref, dtype=I64))
         order = np.argsort(pos_all, kind="stable")
         t_stream = t_all[order]
         back = int(np.count_nonzero(np.diff(t_stream) < 0))
@@ -129,7 +135,7 @@ def build(raw: RawEvents, defs: Any, locations: dict[int, LocInfo],
                         ("MpiSend", int(loc.p2p[:, 6].sum())),
                         ("MpiRecv", int(len(loc.p2p) - loc.p2p[:, 6].sum())),
                         ("MpiCollectiveBegin", len(loc.cb)),
-                        ("MpiCollectiveEnd", len(loc.ce))):
+                        ("MpiCollectiveEnd", len(loc.ce)), ("Metric", len(loc.met))):
             if n:
                 counts[(ref, kind)] = n
         if len(pos_all) != raw.read.get(ref, 0):
@@ -148,8 +154,11 @@ def build(raw: RawEvents, defs: Any, locations: dict[int, LocInfo],
             frame = enc_of(p2p[:, 1])
             mpi = (frame >= 0) & _mpi_frames(frame, f_region, is_mpi)
             t_ev = p2p[:, 0] - offset
-            start = np.where(mpi, f_start[frame], t_ev)
-            end = np.where(mpi, f_end[frame], t_ev)
+            if len(f_start):  # (a location without any Enter has no frame to index)
+                start = np.where(mpi, f_start[frame], t_ev)
+                end = np.where(mpi, f_end[frame], t_ev)
+            else:
+                start, end = t_ev, t_ev
             me = info.rank
             peer = np.asarray([collector._world(comms[int(c)], int(p), ref)
                                for p, c in zip(p2p[:, 2], p2p[:, 3], strict=True)]
@@ -184,17 +193,23 @@ def build(raw: RawEvents, defs: Any, locations: dict[int, LocInfo],
                 f_region = np.concatenate([f_region, -1 - cid[alone]])
                 f_coll = np.concatenate([f_coll, cid[alone]])
         frames.append((np.full(len(f_start), ref, I64), f_start, f_end, f_region, f_coll))
-    # instants and metrics: the Collector itself, in time order
-    location_of = {loc._ref: loc for loc in defs.locations}
-    for ref, _t, _pos, event in sorted(raw.rare, key=lambda e: e[1]):
-        collector.feed(location_of[ref], event)
-        counts[(ref, type(event).__name__)] = counts.get((ref, type(event).__name__), 0) + 1
+    # metrics on columns; instants (rendered by otf2_raw) in time order
+    counters = counter_columns(collector, defs, np.concatenate([np.zeros(0, I64), *met_ref]),
+                               _rows(raw.met, 0, len(raw.met), 4), bytes(raw.met_values),
+                               offset)
+    if counters is None:
+        return None
+    for inst in sorted(raw.rare, key=lambda e: e.t):
+        collector.add_instant(inst.ref, inst.t - offset, inst.kind, inst.category, inst.args,
+                              inst.pid)
+        counts[(inst.ref, inst.kind)] = counts.get((inst.ref, inst.kind), 0) + 1
     for what, n in collector._problems.items():
         problems[what] = problems.get(what, 0) + n
     collector._problems.clear()
     result = FastResult(collector, counts, backwards)
     result.unclosed = (unclosed[0], unclosed[1])
     result.problems = problems
+    result.counters = counters
     result.intervals = _intervals(frames, coll_rows, regions, locations)
     result.messages, result.unmatched = _messages(sends, recvs, collector, comms)
     return result
@@ -340,25 +355,25 @@ def _intervals(frames: list[tuple[np.ndarray[Any, Any], ...]], coll_rows: list[d
         srcs.append(src)
         kinds.append(kind)
         argss.append(args)
-    key_args = [json.dumps(a) for a in argss]
-    args_col = np.asarray(key_args, dtype=object)[inverse] if len(ref) else np.zeros(0, object)
+    # text columns: the distinct values once, then an Arrow take (no Python object per row)
     n = len(ref)
     has = coll >= 0
+    arg_texts = [json.dumps(a) for a in argss]
+    arg_index = inverse.astype(I64)
     if has.any():  # args of a frame with a collective: one JSON per (region, collective)
-        pair_codes, pinv = np.unique(inverse[has] * (len(coll_rows) + 1) + coll[has],
-                                     return_inverse=True)
-        texts = [json.dumps({**argss[k // (len(coll_rows) + 1)],
-                             **coll_rows[k % (len(coll_rows) + 1)]})
-                 for k in pair_codes.tolist()]
-        args_col[has] = np.asarray(texts, dtype=object)[pinv.ravel()]
+        width = len(coll_rows) + 1
+        pair_codes, pinv = np.unique(inverse[has] * width + coll[has], return_inverse=True)
+        arg_index[has] = len(arg_texts) + pinv.ravel()
+        arg_texts += [json.dumps({**argss[k // width], **coll_rows[k % width]})
+                      for k in pair_codes.tolist()]
+    coll_index = pa.array(np.where(has, coll, len(coll_rows)))
 
-    def coll_col(key: str) -> list[Any]:
-        values = np.asarray([row[key] for row in coll_rows] + [None], dtype=object)
-        out: list[Any] = values[np.where(has, coll, len(coll_rows))].tolist()
-        return out
+    def coll_col(key: str, kind: pa.DataType) -> pa.Array:
+        return pa.array([row[key] for row in coll_rows] + [None], kind).take(coll_index)
 
-    nbytes, coll_op = coll_col("size_sent"), coll_col("collective_op")
-    comm, members = coll_col("communicator"), coll_col("group_ranks")
+    nbytes, coll_op = coll_col("size_sent", pa.int64()), coll_col("collective_op", pa.string())
+    comm = coll_col("communicator", pa.string())
+    members = coll_col("group_ranks", pa.string())
     rank = np.asarray([i.rank for i in infos], dtype=I64)[loc_index] if n else np.zeros(0, I64)
     track = np.asarray([i.track_id for i in infos], dtype=I64)[loc_index] if n else \
         np.zeros(0, I64)
@@ -370,13 +385,12 @@ def _intervals(frames: list[tuple[np.ndarray[Any, Any], ...]], coll_rows: list[d
         "name": _take(names, inverse), "category": _take(cats, inverse),
         "source_category": _take(srcs, inverse), "bytes": nbytes, "collective": coll_op,
         "process_group": comm, "group_ranks": members,
-        "memcpy_kind": _take(kinds, inverse), "args": args_col})
+        "memcpy_kind": _take(kinds, inverse), "args": _take(arg_texts, arg_index)})
 
 
-def _take(values: list[Any], inverse: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    out: np.ndarray[Any, Any] = np.asarray([*values, None], dtype=object)[:-1][inverse] \
-        if len(inverse) else np.zeros(0, object)
-    return out
+def _take(values: list[Any], index: np.ndarray[Any, Any]) -> pa.Array:
+    """``values[index]`` as an Arrow string array (C++ take over the distinct values)."""
+    return pa.array(values, pa.string()).take(pa.array(index, pa.int64()))
 
 
 def _interval_columns(rank: np.ndarray[Any, Any], track: np.ndarray[Any, Any],
@@ -390,17 +404,17 @@ def _interval_columns(rank: np.ndarray[Any, Any], track: np.ndarray[Any, Any],
         "end_ticks": pa.array(end_ticks, pa.int64()),
         "on_gpu": pa.array(on_gpu, pa.bool_()),
         "track_id": pa.array(track, pa.int32()),
-        "name": pa.array(text["name"], pa.string()),
-        "category": pa.array(text["category"], pa.string()),
-        "source_category": pa.array(text["source_category"], pa.string()),
-        "bytes": pa.array(text["bytes"], pa.int64()),
+        "name": text["name"],
+        "category": text["category"],
+        "source_category": text["source_category"],
+        "bytes": text["bytes"],
         "device": pa.array(np.where(on_gpu, device, 0), pa.int32(), mask=~on_gpu),
         "stream": pa.array(np.where(on_gpu, stream, 0), pa.int64(), mask=~on_gpu),
-        "collective": pa.array(text["collective"], pa.string()),
-        "process_group": pa.array(text["process_group"], pa.string()),
-        "group_ranks": pa.array(text["group_ranks"], pa.string()),
-        "memcpy_kind": pa.array(text["memcpy_kind"], pa.string()),
-        "args": pa.array(text["args"], pa.string()),
+        "collective": text["collective"],
+        "process_group": text["process_group"],
+        "group_ranks": text["group_ranks"],
+        "memcpy_kind": text["memcpy_kind"],
+        "args": text["args"],
     })
 
 
@@ -544,7 +558,7 @@ def tables(result: FastResult, resolution: int, base_ns: int, display: str,
     ranks = sorted(collector._next_track)
     assert result.intervals is not None and result.messages is not None
     intervals = _split(finish_intervals(result.intervals, to_ns), ranks)
-    counters = _split(collector._counter_table(to_ns), ranks)
+    counters = _split(counter_table(result.counters, to_ns), ranks)
     instants = _split(collector._instant_table(to_ns), ranks)
     messages = _split(finish_messages(result.messages, to_ns, set(ranks)), ranks)
     return {

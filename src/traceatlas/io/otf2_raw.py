@@ -1,11 +1,13 @@
 """One pass per OTF2 location through the OTF2 C library's local event readers, with raw
 ctypes callbacks that append integers to typed arrays (no event objects).
 
-Hot record types (Enter, Leave, MpiSend, MpiRecv, MpiCollectiveBegin/End) go to arrays;
-the other record types the fast path can take (instants and Metric) are built as the
-``otf2`` wheel's event objects (they are few in the traces we see); the non-blocking MPI
-records (Isend, Irecv and their requests/completions) make ``read_raw`` report
-``unsupported`` so that the caller falls back to the event-object reader.
+Hot record types (Enter, Leave, MpiSend, MpiRecv, MpiCollectiveBegin/End) and Metric go
+to arrays (a Metric's values as their raw 8-byte unions, decoded on columns by
+``otf2_metrics``); the other record types (instants) are built as the ``otf2`` wheel's
+event objects and rendered at once into picklable rows (``Instant``), so a ``RawEvents``
+can come back from a worker process (``read_part``); the non-blocking MPI records (Isend,
+Irecv and their requests/completions) make ``read_raw`` report ``unsupported`` so that the
+caller falls back to the event-object reader.
 
 Measured (bench/bench_otf2.py): ~1.2 us per event for the C decoding plus the ctypes
 call into Python; the high-level wrapper (event objects, global time merge) costs ~10 us.
@@ -30,11 +32,27 @@ _FP_P2P = ctypes.CFUNCTYPE(*_HEAD, _U32, _U32, _U32, _U64)
 _FP_BEGIN = ctypes.CFUNCTYPE(*_HEAD)
 _FP_END = ctypes.CFUNCTYPE(*_HEAD, _U8, _U32, _U32, _U64, _U64)
 
-HOT = ("Enter", "Leave", "MpiSend", "MpiRecv", "MpiCollectiveBegin", "MpiCollectiveEnd")
+_FP_METRIC = ctypes.CFUNCTYPE(*_HEAD, _U32, _U8, _P, _P)
+
+HOT = ("Enter", "Leave", "MpiSend", "MpiRecv", "MpiCollectiveBegin", "MpiCollectiveEnd",
+       "Metric")
 """Record types read into arrays."""
 
 UNSUPPORTED = ("MpiIsend", "MpiIsendComplete", "MpiIrecv", "MpiIrecvRequest")
 """Record types the fast path does not model (the event-object reader takes the trace)."""
+
+
+@dataclass(frozen=True)
+class Instant:
+    """An event of another record type, rendered as ``Collector._instant`` would."""
+
+    ref: int
+    t: int  # ticks, before the global offset is taken off
+    pos: int
+    kind: str  # record type name
+    category: str
+    args: str  # JSON
+    pid: int | None  # the ProcessId attribute, when an int
 
 
 @dataclass
@@ -49,9 +67,12 @@ class RawEvents:
     cb: array[int] = field(default_factory=lambda: array("q"))  # t, pos per begin
     ce: array[int] = field(default_factory=lambda: array("q"))  # t, pos, op, comm, root,
     # sent, received: 7 per end
-    rare: list[tuple[int, int, int, Any]] = field(default_factory=list)  # ref, t, pos, event
+    met: array[int] = field(default_factory=lambda: array("q"))  # t, pos, metric ref,
+    # number of values: 4 per Metric event
+    met_values: bytearray = field(default_factory=bytearray)  # OTF2_MetricValue unions
+    rare: list[Instant] = field(default_factory=list)
     # per location ref: (end of its el, p2p, cb, ce slices), events read, last time
-    spans: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
+    spans: dict[int, tuple[int, int, int, int, int]] = field(default_factory=dict)
     read: dict[int, int] = field(default_factory=dict)
     unsupported: str | None = None
 
@@ -63,6 +84,7 @@ def _callbacks(raw: RawEvents, defs: Any) -> tuple[Any, list[Any]]:
     lib = conf.lib
     el_t, el_r, el_pos, p2p, cb, ce = (raw.el_t.append, raw.el_r.append, raw.el_pos.append,
                                        raw.p2p.extend, raw.cb.extend, raw.ce.extend)
+    met, met_values, string_at = raw.met.extend, raw.met_values.extend, ctypes.string_at
 
     def enter(loc: int, t: int, pos: int, ud: Any, al: Any, region: int) -> int:
         el_t(t)
@@ -95,12 +117,20 @@ def _callbacks(raw: RawEvents, defs: Any) -> tuple[Any, list[Any]]:
         ce((t, pos, op, comm, root, sent, received))
         return 0
 
+    def metric(loc: int, t: int, pos: int, ud: Any, al: Any, ref: int, n: int, types: Any,
+               values: Any) -> int:
+        met((t, pos, ref, n))
+        if n:
+            met_values(string_at(values, 8 * n))
+        return 0
+
     handle = _otf2.EvtReaderCallbacks_New()
     keep: list[Any] = []
     for name, fp_type, func in (("Enter", _FP_REGION, enter), ("Leave", _FP_REGION, leave),
                                 ("MpiSend", _FP_P2P, send), ("MpiRecv", _FP_P2P, recv),
                                 ("MpiCollectiveBegin", _FP_BEGIN, begin),
-                                ("MpiCollectiveEnd", _FP_END, end)):
+                                ("MpiCollectiveEnd", _FP_END, end),
+                                ("Metric", _FP_METRIC, metric)):
         setter = getattr(lib, f"OTF2_EvtReaderCallbacks_Set{name}Callback")
         setter.argtypes = [_P, fp_type]
         pointer = fp_type(func)
@@ -117,7 +147,7 @@ def _callbacks(raw: RawEvents, defs: Any) -> tuple[Any, list[Any]]:
                 return
             objects._append(cls, loc, t, None, al, *args)
             _, event = objects.buffer.pop()
-            raw.rare.append((loc, t, pos, event))
+            raw.rare.append(_render(loc, t, pos, event))
         return handler
 
     import otf2.events as ev  # type: ignore[import-untyped]
@@ -134,6 +164,13 @@ def _callbacks(raw: RawEvents, defs: Any) -> tuple[Any, list[Any]]:
         keep.append(func)
         getattr(_otf2, attr)(handle, func)
     return handle, keep
+
+
+def _render(ref: int, t: int, pos: int, event: Any) -> Instant:
+    from traceatlas.io.otf2_events import instant_row
+
+    category, args, pid = instant_row(event)
+    return Instant(ref, t, pos, type(event).__name__, category, args, pid)
 
 
 class _Defs:
@@ -172,7 +209,8 @@ def read_raw(anchor: str, defs: Any, refs: list[int]) -> RawEvents:
                      ctypes.cast(callbacks, _P), None)
             raw.read[ref] = _otf2.Reader_ReadAllLocalEvents(reader, evt)
             _otf2.Reader_CloseEvtReader(reader, evt)
-            raw.spans[ref] = (len(raw.el_t), len(raw.p2p), len(raw.cb), len(raw.ce))
+            raw.spans[ref] = (len(raw.el_t), len(raw.p2p), len(raw.cb), len(raw.ce),
+                              len(raw.met))
             if raw.unsupported:
                 break
         if def_files:
@@ -184,3 +222,39 @@ def read_raw(anchor: str, defs: Any, refs: list[int]) -> RawEvents:
     finally:
         _otf2.Reader_Close(reader)
     return raw
+
+
+@dataclass(frozen=True)
+class PartJob:
+    """The locations ``refs`` of the archive ``anchor``: what one worker reads."""
+
+    anchor: str
+    refs: tuple[int, ...]
+
+
+def read_part(job: PartJob) -> RawEvents:
+    """``read_raw`` in a worker process (its own definitions: instants are rendered)."""
+    import otf2
+
+    reader = otf2.reader.Reader(job.anchor)
+    try:
+        return read_raw(job.anchor, reader.definitions, list(job.refs))
+    finally:
+        reader.close()
+
+
+def merge(parts: list[RawEvents]) -> RawEvents:
+    """One ``RawEvents`` from parts read over consecutive runs of locations, in order."""
+    out = RawEvents()
+    for part in parts:
+        base = (len(out.el_t), len(out.p2p), len(out.cb), len(out.ce), len(out.met))
+        for name in ("el_t", "el_r", "el_pos", "p2p", "cb", "ce", "met"):
+            getattr(out, name).extend(getattr(part, name))
+        out.met_values.extend(part.met_values)
+        out.rare.extend(part.rare)
+        for ref, span in part.spans.items():
+            out.spans[ref] = (span[0] + base[0], span[1] + base[1], span[2] + base[2],
+                              span[3] + base[3], span[4] + base[4])
+        out.read.update(part.read)
+        out.unsupported = out.unsupported or part.unsupported
+    return out
