@@ -80,7 +80,8 @@ def _uses_fast(anchor: Path, monkeypatch: pytest.MonkeyPatch) -> bool:
 
 # A random trace: per rank a list of operations, written in order with growing times.
 _OP = st.sampled_from(["call", "nested", "send", "recv", "coll", "bare_coll", "metric",
-                       "metric2", "param", "kernel", "open"])
+                       "metric2", "param", "kernel", "open", "isend", "isend_open", "irecv",
+                       "irecv_open", "irecv_bare"])
 
 
 @st.composite
@@ -115,6 +116,9 @@ def _write_random(root: Path, plan: list[list[tuple[str, int, int]]]) -> Path:
             ("MPI_Send", Paradigm.MPI, RegionRole.POINT2POINT),
             ("MPI_Recv", Paradigm.MPI, RegionRole.POINT2POINT),
             ("MPI_Allreduce", Paradigm.MPI, RegionRole.COLL_ALL2ALL),
+            ("MPI_Isend", Paradigm.MPI, RegionRole.POINT2POINT),
+            ("MPI_Irecv", Paradigm.MPI, RegionRole.POINT2POINT),
+            ("MPI_Wait", Paradigm.MPI, RegionRole.POINT2POINT),
             ("sgemm", Paradigm.CUDA, RegionRole.KERNEL),
             ("cudaMemcpyHtoD", Paradigm.CUDA, RegionRole.DATA_TRANSFER))}
         ins = d.metric("PAPI_TOT_INS", unit="#", value_type=Type.UINT64)
@@ -157,6 +161,26 @@ def _write_random(root: Path, plan: list[list[tuple[str, int, int]]]) -> Path:
                     w.mpi_collective_end(t + 2, CollectiveOp.BARRIER, world, 0, 0, 0)
                 elif op == "metric":
                     w.metric(t, ins, 1000 * a + b)
+                elif op == "isend":  # request id a; completed in MPI_Wait
+                    w.enter(t, reg["MPI_Isend"])
+                    w.mpi_isend(t + 1, peer, world, b, 100 + b, a)
+                    w.leave(t + 2, reg["MPI_Isend"])
+                    w.enter(t + 3, reg["MPI_Wait"])
+                    w.mpi_isend_complete(t + 4, a)
+                    w.leave(t + 6, reg["MPI_Wait"])
+                elif op == "isend_open":  # outside a region, never completed (id reused)
+                    w.mpi_isend(t + 1, peer, world, b, 100 + b, a)
+                elif op == "irecv":
+                    w.enter(t, reg["MPI_Irecv"])
+                    w.mpi_irecv_request(t + 1, a)
+                    w.leave(t + 2, reg["MPI_Irecv"])
+                    w.enter(t + 3, reg["MPI_Wait"])
+                    w.mpi_irecv(t + 4, peer, world, b, 100 + b, a)
+                    w.leave(t + 6, reg["MPI_Wait"])
+                elif op == "irecv_open":  # posted, maybe never completed, maybe overwritten
+                    w.mpi_irecv_request(t + 1, a)
+                elif op == "irecv_bare":  # completes whatever request a is posted, or none
+                    w.mpi_irecv(t + 1, peer, world, b, 100 + b, a)
                 elif op == "metric2":
                     w.metric(t, pair, [a - 2 * b, 0.25 * a + b / 3])
                 elif op == "param":
@@ -235,10 +259,8 @@ def test_bad_nesting_goes_to_the_reference_path(tmp_path: Path,
     assert ranks[0].tables["instants"].column("name").to_pylist() == ["Leave b"]
 
 
-def test_nonblocking_goes_to_the_reference_path(tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(otf2.writer, "time", types.SimpleNamespace(time=lambda: 1.7e9))
-    with otf2.writer.open(str(tmp_path / "nb"), timer_resolution=10**9) as trace:
+def _write_nonblocking(root: Path, orphan: bool) -> Path:
+    with otf2.writer.open(str(root), timer_resolution=10**9) as trace:
         d = trace.definitions
         node = d.system_tree_node("n")
         locs = [d.location("Master thread", group=d.location_group(
@@ -246,12 +268,43 @@ def test_nonblocking_goes_to_the_reference_path(tmp_path: Path,
         d.group("", group_type=GroupType.COMM_LOCATIONS, paradigm=Paradigm.MPI, members=locs)
         world = d.comm("MPI_COMM_WORLD", group=d.group(
             "", group_type=GroupType.COMM_GROUP, paradigm=Paradigm.MPI, members=[0, 1]))
+        isend = d.region("MPI_Isend", paradigm=Paradigm.MPI)
+        wait = d.region("MPI_Wait", paradigm=Paradigm.MPI)
         w0 = trace.event_writer_from_location(locs[0])
+        w0.enter(8, isend)
         w0.mpi_isend(10, 1, world, 5, 64, 1)
+        w0.leave(11, isend)
+        w0.enter(18, wait)
         w0.mpi_isend_complete(20, 1)
+        w0.leave(25, wait)
+        if orphan:
+            w0.mpi_isend_complete(30, 9)  # no Isend with request 9: an instant
         w1 = trace.event_writer_from_location(locs[1])
-        w1.mpi_recv(15, 0, world, 5, 64)
-    anchor = tmp_path / "nb" / "traces.otf2"
+        w1.mpi_irecv_request(12, 4)
+        w1.mpi_irecv(15, 0, world, 5, 64, 4)
+    return root / "traces.otf2"
+
+
+def test_nonblocking_takes_the_fast_path(tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(otf2.writer, "time", types.SimpleNamespace(time=lambda: 1.7e9))
+    anchor = _write_nonblocking(tmp_path / "nb", orphan=False)
+    assert _uses_fast(anchor, monkeypatch)
+    monkeypatch.undo()
+    ranks = _assert_same(anchor)
+    # by hand: the send spans MPI_Isend's start (8) to MPI_Wait's end (25); the receive
+    # is outside any region: from its request (12) to the Irecv (15); times count from
+    # the archive's global offset, its first event (8), at 1 tick = 1 ns
+    (msg,) = ranks[0].tables["messages"].to_pylist()
+    base = ranks[0].clock["base_ns"]
+    assert [msg[k] - base for k in ("send_start_ns", "send_end_ns", "recv_start_ns",
+                                    "recv_end_ns")] == [8 - 8, 25 - 8, 12 - 8, 15 - 8]
+
+
+def test_orphan_completion_goes_to_the_reference_path(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    anchor = _write_nonblocking(tmp_path / "nb", orphan=True)
     assert not _uses_fast(anchor, monkeypatch)
     monkeypatch.undo()
-    _assert_same(anchor)
+    ranks = _assert_same(anchor)
+    assert ranks[0].tables["instants"].column("name").to_pylist() == ["MpiIsendComplete"]

@@ -17,6 +17,7 @@ Metrics are decoded on columns (``otf2_metrics``); instants arrive rendered.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -25,7 +26,15 @@ import pyarrow as pa
 
 from traceatlas.io.otf2_events import Collector, LocInfo, _converter, _region_info, enum_name
 from traceatlas.io.otf2_metrics import counter_columns, counter_table
-from traceatlas.io.otf2_raw import RawEvents
+from traceatlas.io.otf2_raw import (
+    NB_IRECV_REQUEST,
+    NB_ISEND_COMPLETE,
+    P2P_IRECV,
+    P2P_ISEND,
+    P2P_RECV,
+    P2P_SEND,
+    RawEvents,
+)
 from traceatlas.ops.nesting import nesting_depth, sort_for_nesting
 
 I64 = np.int64
@@ -70,10 +79,11 @@ class _Loc:
                  el: tuple[np.ndarray[Any, Any], ...]) -> None:
         t, r, pos = el
         self.t, self.r, self.pos = t[prev[0]:span[0]], r[prev[0]:span[0]], pos[prev[0]:span[0]]
-        self.p2p = _rows(raw.p2p, prev[1], span[1], 7)
+        self.p2p = _rows(raw.p2p, prev[1], span[1], 8)
         self.cb = _rows(raw.cb, prev[2], span[2], 2)
         self.ce = _rows(raw.ce, prev[3], span[3], 7)
         self.met = _rows(raw.met, prev[4], span[4], 4)
+        self.nb = _rows(raw.nb, prev[5], span[5], 4)
 
 
 def _rows(values: Any, start: int, stop: int, width: int) -> np.ndarray[Any, Any]:
@@ -107,7 +117,7 @@ def build(raw: RawEvents, defs: Any, locations: dict[int, LocInfo],
     recvs: list[np.ndarray[Any, Any]] = []
     problems: dict[str, int] = {}
     unclosed = [0, 0]
-    prev: tuple[int, ...] = (0, 0, 0, 0, 0)
+    prev: tuple[int, ...] = (0, 0, 0, 0, 0, 0)
     is_mpi = np.zeros(max(regions, default=0) + 1, dtype=bool)
     for ref, region in regions.items():
         is_mpi[ref] = enum_name(region.paradigm) == "MPI"
@@ -119,9 +129,10 @@ def build(raw: RawEvents, defs: Any, locations: dict[int, LocInfo],
         rare = rare_by_loc.get(ref, [])
         # times of every event in stream order: backwards check and the last time
         pos_all = np.concatenate([loc.pos, loc.p2p[:, 1], loc.cb[:, 1], loc.ce[:, 1],
-                                  loc.met[:, 1], np.asarray([p for p, _ in rare], dtype=I64)])
+                                  loc.met[:, 1], loc.nb[:, 1],
+                                  np.asarray([p for p, _ in rare], dtype=I64)])
         t_all = np.concatenate([loc.t, loc.p2p[:, 0], loc.cb[:, 0], loc.ce[:, 0],
-                                loc.met[:, 0],
+                                loc.met[:, 0], loc.nb[:, 0],
                                 np.asarray([t for _, t in rare], dtype=I64)]) - offset
         met_ref.append(np.full(len(loc.met), ref, dtype=I64))
         order = np.argsort(pos_all, kind="stable")
@@ -132,8 +143,14 @@ def build(raw: RawEvents, defs: Any, locations: dict[int, LocInfo],
         last = int(t_stream[-1]) if len(t_stream) else 0
         n_enter = int(np.count_nonzero(loc.r >= 0))
         for kind, n in (("Enter", n_enter), ("Leave", len(loc.r) - n_enter),
-                        ("MpiSend", int(loc.p2p[:, 6].sum())),
-                        ("MpiRecv", int(len(loc.p2p) - loc.p2p[:, 6].sum())),
+                        ("MpiSend", int(np.count_nonzero(loc.p2p[:, 6] == P2P_SEND))),
+                        ("MpiRecv", int(np.count_nonzero(loc.p2p[:, 6] == P2P_RECV))),
+                        ("MpiIsend", int(np.count_nonzero(loc.p2p[:, 6] == P2P_ISEND))),
+                        ("MpiIrecv", int(np.count_nonzero(loc.p2p[:, 6] == P2P_IRECV))),
+                        ("MpiIsendComplete",
+                         int(np.count_nonzero(loc.nb[:, 3] == NB_ISEND_COMPLETE))),
+                        ("MpiIrecvRequest",
+                         int(np.count_nonzero(loc.nb[:, 3] == NB_IRECV_REQUEST))),
                         ("MpiCollectiveBegin", len(loc.cb)),
                         ("MpiCollectiveEnd", len(loc.ce)), ("Metric", len(loc.met))):
             if n:
@@ -150,21 +167,26 @@ def build(raw: RawEvents, defs: Any, locations: dict[int, LocInfo],
         f_coll = np.full(n_frames, -1, dtype=I64)
         # point-to-point: the enclosing MPI region, else the event time
         p2p = loc.p2p
-        if len(p2p):
-            frame = enc_of(p2p[:, 1])
-            mpi = (frame >= 0) & _mpi_frames(frame, f_region, is_mpi)
+
+        at = functools.partial(_at, enc_of=enc_of, frames=(f_start, f_end, f_region),
+                               is_mpi=is_mpi, offset=offset)
+        if len(p2p) or len(loc.nb):
             t_ev = p2p[:, 0] - offset
-            if len(f_start):  # (a location without any Enter has no frame to index)
-                start = np.where(mpi, f_start[frame], t_ev)
-                end = np.where(mpi, f_end[frame], t_ev)
-            else:
-                start, end = t_ev, t_ev
+            start, end = at(p2p)
+            if len(loc.nb) or np.any(p2p[:, 6] >= P2P_ISEND):
+                got_nb = _nonblocking(p2p, loc.nb, start, end, at)
+                if got_nb is None:
+                    return None
+                start, end, never = got_nb
+                if never:
+                    problems["posted receive never completed"] = problems.get(
+                        "posted receive never completed", 0) + never
             me = info.rank
             peer = np.asarray([collector._world(comms[int(c)], int(p), ref)
                                for p, c in zip(p2p[:, 2], p2p[:, 3], strict=True)]
                               if len(p2p) < 64 else _world_many(collector, comms, p2p, ref),
                               dtype=I64)
-            is_send = p2p[:, 6] == 1
+            is_send = (p2p[:, 6] == P2P_SEND) | (p2p[:, 6] == P2P_ISEND)
             mine = np.full(len(p2p), me, dtype=I64)
             cols = np.stack([t_ev, np.where(is_send, mine, peer), np.where(is_send, peer, mine),
                              p2p[:, 3], p2p[:, 4], p2p[:, 5], start, end], axis=1)
@@ -213,6 +235,77 @@ def build(raw: RawEvents, defs: Any, locations: dict[int, LocInfo],
     result.intervals = _intervals(frames, coll_rows, regions, locations)
     result.messages, result.unmatched = _messages(sends, recvs, collector, comms)
     return result
+
+
+def _at(rows: np.ndarray[Any, Any], enc_of: Any, frames: tuple[np.ndarray[Any, Any], ...],
+        is_mpi: np.ndarray[Any, Any], offset: int
+        ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(start, end) ticks of the enclosing MPI region of each (t, pos, ...) row, else
+    (t, t): ``Collector._at``."""
+    f_start, f_end, f_region = frames
+    frame = enc_of(rows[:, 1])
+    mpi = (frame >= 0) & _mpi_frames(frame, f_region, is_mpi)
+    t_ev = rows[:, 0] - offset
+    if not len(f_start):  # (a location without any Enter has no frame to index)
+        return t_ev, t_ev
+    return np.where(mpi, f_start[frame], t_ev), np.where(mpi, f_end[frame], t_ev)
+
+
+def _pair_previous(a_req: np.ndarray[Any, Any], a_pos: np.ndarray[Any, Any],
+                   b_req: np.ndarray[Any, Any], b_pos: np.ndarray[Any, Any]
+                   ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """For each B event, the A event just before it in stream order among the events of
+    its request id (-1: the one before is a B event, or none), as a dict keyed by request
+    id that A sets and B pops behaves; and, per A, whether it is the last event of its id
+    (still pending at the end)."""
+    req = np.concatenate([a_req, b_req])
+    pos = np.concatenate([a_pos, b_pos])
+    is_a = np.arange(len(req)) < len(a_req)
+    order = np.lexsort((pos, req))
+    s_req, s_a = req[order], is_a[order]
+    prev_same = np.zeros(len(order), dtype=bool)
+    prev_same[1:] = s_req[1:] == s_req[:-1]
+    prev_a = np.zeros(len(order), dtype=bool)
+    prev_a[1:] = s_a[:-1]
+    b_sorted = np.flatnonzero(~s_a)
+    paired = prev_same[b_sorted] & prev_a[b_sorted]
+    match = np.full(len(b_req), -1, dtype=np.int64)
+    b_index = order[b_sorted] - len(a_req)
+    match[b_index[paired]] = order[b_sorted[paired] - 1]
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = s_req[:-1] != s_req[1:]
+    pending = np.zeros(len(a_req), dtype=bool)
+    a_sorted = np.flatnonzero(s_a)
+    pending[order[a_sorted]] = last[a_sorted]
+    return match, pending
+
+
+def _nonblocking(p2p: np.ndarray[Any, Any], nb: np.ndarray[Any, Any],
+                 start: np.ndarray[Any, Any], end: np.ndarray[Any, Any], at: Any) -> Any:
+    """Send/receive (start, end) with the non-blocking records of one location, as
+    ``Collector`` sets them: an Isend ends with the region of its MpiIsendComplete, an
+    Irecv starts with the region of its MpiIrecvRequest; and the number of requests never
+    completed. None when a completion has no Isend (the event-object path makes it an
+    instant)."""
+    start, end = start.copy(), end.copy()
+    nb_start, nb_end = at(nb) if len(nb) else (np.zeros(0, I64), np.zeros(0, I64))
+    kind = p2p[:, 6]
+    never = 0
+    for p_kind, n_kind in ((P2P_ISEND, NB_ISEND_COMPLETE), (P2P_IRECV, NB_IRECV_REQUEST)):
+        rows = np.flatnonzero(kind == p_kind)
+        marks = np.flatnonzero(nb[:, 3] == n_kind)
+        if p_kind == P2P_ISEND:  # A: Isend, B: its completion
+            match, _ = _pair_previous(p2p[rows, 7], p2p[rows, 1], nb[marks, 2], nb[marks, 1])
+            if np.any(match < 0):
+                return None
+            end[rows[match]] = nb_end[marks]
+        else:  # A: the posted request, B: the Irecv that completes it
+            match, pending = _pair_previous(nb[marks, 2], nb[marks, 1], p2p[rows, 7],
+                                            p2p[rows, 1])
+            ok = match >= 0
+            start[rows[ok]] = nb_start[marks[match[ok]]]
+            never += int(pending.sum())
+    return start, end, never
 
 
 def _world_many(collector: Collector, comms: dict[int, Any], p2p: np.ndarray[Any, Any],

@@ -1,13 +1,13 @@
 """One pass per OTF2 location through the OTF2 C library's local event readers, with raw
 ctypes callbacks that append integers to typed arrays (no event objects).
 
-Hot record types (Enter, Leave, MpiSend, MpiRecv, MpiCollectiveBegin/End) and Metric go
-to arrays (a Metric's values as their raw 8-byte unions, decoded on columns by
-``otf2_metrics``); the other record types (instants) are built as the ``otf2`` wheel's
-event objects and rendered at once into picklable rows (``Instant``), so a ``RawEvents``
-can come back from a worker process (``read_part``); the non-blocking MPI records (Isend,
-Irecv and their requests/completions) make ``read_raw`` report ``unsupported`` so that the
-caller falls back to the event-object reader.
+Hot record types (Enter, Leave, MpiSend, MpiRecv, MpiIsend, MpiIrecv, MpiIsendComplete,
+MpiIrecvRequest, MpiCollectiveBegin/End) and Metric go to arrays (a Metric's values as
+their raw 8-byte unions, decoded on columns by ``otf2_metrics``); the other record types
+(instants) are built as the ``otf2`` wheel's event objects and rendered at once into
+picklable rows (``Instant``), so a ``RawEvents`` can come back from a worker process
+(``read_part``). ``UNSUPPORTED`` record types (none now) would make ``read_raw`` report
+``unsupported`` so that the caller falls back to the event-object reader.
 
 Measured (bench/bench_otf2.py): ~1.2 us per event for the C decoding plus the ctypes
 call into Python; the high-level wrapper (event objects, global time merge) costs ~10 us.
@@ -33,13 +33,25 @@ _FP_BEGIN = ctypes.CFUNCTYPE(*_HEAD)
 _FP_END = ctypes.CFUNCTYPE(*_HEAD, _U8, _U32, _U32, _U64, _U64)
 
 _FP_METRIC = ctypes.CFUNCTYPE(*_HEAD, _U32, _U8, _P, _P)
+_FP_IP2P = ctypes.CFUNCTYPE(*_HEAD, _U32, _U32, _U32, _U64, _U64)
+_FP_REQUEST = ctypes.CFUNCTYPE(*_HEAD, _U64)
 
 HOT = ("Enter", "Leave", "MpiSend", "MpiRecv", "MpiCollectiveBegin", "MpiCollectiveEnd",
-       "Metric")
+       "Metric", "MpiIsend", "MpiIrecv", "MpiIsendComplete", "MpiIrecvRequest")
 """Record types read into arrays."""
 
-UNSUPPORTED = ("MpiIsend", "MpiIsendComplete", "MpiIrecv", "MpiIrecvRequest")
+UNSUPPORTED: tuple[str, ...] = ()
 """Record types the fast path does not model (the event-object reader takes the trace)."""
+
+P2P_RECV, P2P_SEND, P2P_ISEND, P2P_IRECV = 0, 1, 2, 3
+"""``RawEvents.p2p`` kinds (column 6)."""
+NB_ISEND_COMPLETE, NB_IRECV_REQUEST = 0, 1
+"""``RawEvents.nb`` kinds (column 3)."""
+
+
+def _signed(value: int) -> int:
+    """A uint64 request id as the int64 with the same bits (array('q') holds it)."""
+    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 @dataclass(frozen=True)
@@ -63,7 +75,9 @@ class RawEvents:
     el_r: array[int] = field(default_factory=lambda: array("q"))  # region, ~region: leave
     el_pos: array[int] = field(default_factory=lambda: array("q"))
     p2p: array[int] = field(default_factory=lambda: array("q"))  # t, pos, peer, comm, tag,
-    # length, is_send: 7 per event
+    # length, kind (P2P_*), request id (-1: blocking): 8 per event
+    nb: array[int] = field(default_factory=lambda: array("q"))  # t, pos, request id, kind
+    # (NB_*): 4 per MpiIsendComplete / MpiIrecvRequest
     cb: array[int] = field(default_factory=lambda: array("q"))  # t, pos per begin
     ce: array[int] = field(default_factory=lambda: array("q"))  # t, pos, op, comm, root,
     # sent, received: 7 per end
@@ -72,7 +86,7 @@ class RawEvents:
     met_values: bytearray = field(default_factory=bytearray)  # OTF2_MetricValue unions
     rare: list[Instant] = field(default_factory=list)
     # per location ref: (end of its el, p2p, cb, ce slices), events read, last time
-    spans: dict[int, tuple[int, int, int, int, int]] = field(default_factory=dict)
+    spans: dict[int, tuple[int, ...]] = field(default_factory=dict)
     read: dict[int, int] = field(default_factory=dict)
     unsupported: str | None = None
 
@@ -85,6 +99,7 @@ def _callbacks(raw: RawEvents, defs: Any) -> tuple[Any, list[Any]]:
     el_t, el_r, el_pos, p2p, cb, ce = (raw.el_t.append, raw.el_r.append, raw.el_pos.append,
                                        raw.p2p.extend, raw.cb.extend, raw.ce.extend)
     met, met_values, string_at = raw.met.extend, raw.met_values.extend, ctypes.string_at
+    nb = raw.nb.extend
 
     def enter(loc: int, t: int, pos: int, ud: Any, al: Any, region: int) -> int:
         el_t(t)
@@ -100,12 +115,12 @@ def _callbacks(raw: RawEvents, defs: Any) -> tuple[Any, list[Any]]:
 
     def send(loc: int, t: int, pos: int, ud: Any, al: Any, peer: int, comm: int, tag: int,
              length: int) -> int:
-        p2p((t, pos, peer, comm, tag, length, 1))
+        p2p((t, pos, peer, comm, tag, length, P2P_SEND, -1))
         return 0
 
     def recv(loc: int, t: int, pos: int, ud: Any, al: Any, peer: int, comm: int, tag: int,
              length: int) -> int:
-        p2p((t, pos, peer, comm, tag, length, 0))
+        p2p((t, pos, peer, comm, tag, length, P2P_RECV, -1))
         return 0
 
     def begin(loc: int, t: int, pos: int, ud: Any, al: Any) -> int:
@@ -115,6 +130,24 @@ def _callbacks(raw: RawEvents, defs: Any) -> tuple[Any, list[Any]]:
     def end(loc: int, t: int, pos: int, ud: Any, al: Any, op: int, comm: int, root: int,
             sent: int, received: int) -> int:
         ce((t, pos, op, comm, root, sent, received))
+        return 0
+
+    def isend(loc: int, t: int, pos: int, ud: Any, al: Any, peer: int, comm: int, tag: int,
+              length: int, req: int) -> int:
+        p2p((t, pos, peer, comm, tag, length, P2P_ISEND, _signed(req)))
+        return 0
+
+    def irecv(loc: int, t: int, pos: int, ud: Any, al: Any, peer: int, comm: int, tag: int,
+              length: int, req: int) -> int:
+        p2p((t, pos, peer, comm, tag, length, P2P_IRECV, _signed(req)))
+        return 0
+
+    def isend_complete(loc: int, t: int, pos: int, ud: Any, al: Any, req: int) -> int:
+        nb((t, pos, _signed(req), NB_ISEND_COMPLETE))
+        return 0
+
+    def irecv_request(loc: int, t: int, pos: int, ud: Any, al: Any, req: int) -> int:
+        nb((t, pos, _signed(req), NB_IRECV_REQUEST))
         return 0
 
     def metric(loc: int, t: int, pos: int, ud: Any, al: Any, ref: int, n: int, types: Any,
@@ -130,7 +163,10 @@ def _callbacks(raw: RawEvents, defs: Any) -> tuple[Any, list[Any]]:
                                 ("MpiSend", _FP_P2P, send), ("MpiRecv", _FP_P2P, recv),
                                 ("MpiCollectiveBegin", _FP_BEGIN, begin),
                                 ("MpiCollectiveEnd", _FP_END, end),
-                                ("Metric", _FP_METRIC, metric)):
+                                ("Metric", _FP_METRIC, metric),
+                                ("MpiIsend", _FP_IP2P, isend), ("MpiIrecv", _FP_IP2P, irecv),
+                                ("MpiIsendComplete", _FP_REQUEST, isend_complete),
+                                ("MpiIrecvRequest", _FP_REQUEST, irecv_request)):
         setter = getattr(lib, f"OTF2_EvtReaderCallbacks_Set{name}Callback")
         setter.argtypes = [_P, fp_type]
         pointer = fp_type(func)
@@ -210,7 +246,7 @@ def read_raw(anchor: str, defs: Any, refs: list[int]) -> RawEvents:
             raw.read[ref] = _otf2.Reader_ReadAllLocalEvents(reader, evt)
             _otf2.Reader_CloseEvtReader(reader, evt)
             raw.spans[ref] = (len(raw.el_t), len(raw.p2p), len(raw.cb), len(raw.ce),
-                              len(raw.met))
+                              len(raw.met), len(raw.nb))
             if raw.unsupported:
                 break
         if def_files:
@@ -247,14 +283,14 @@ def merge(parts: list[RawEvents]) -> RawEvents:
     """One ``RawEvents`` from parts read over consecutive runs of locations, in order."""
     out = RawEvents()
     for part in parts:
-        base = (len(out.el_t), len(out.p2p), len(out.cb), len(out.ce), len(out.met))
-        for name in ("el_t", "el_r", "el_pos", "p2p", "cb", "ce", "met"):
+        base = (len(out.el_t), len(out.p2p), len(out.cb), len(out.ce), len(out.met),
+                len(out.nb))
+        for name in ("el_t", "el_r", "el_pos", "p2p", "cb", "ce", "met", "nb"):
             getattr(out, name).extend(getattr(part, name))
         out.met_values.extend(part.met_values)
         out.rare.extend(part.rare)
         for ref, span in part.spans.items():
-            out.spans[ref] = (span[0] + base[0], span[1] + base[1], span[2] + base[2],
-                              span[3] + base[3], span[4] + base[4])
+            out.spans[ref] = tuple(a + b for a, b in zip(span, base, strict=True))
         out.read.update(part.read)
         out.unsupported = out.unsupported or part.unsupported
     return out
