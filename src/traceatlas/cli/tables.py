@@ -36,8 +36,9 @@ def shorten_middle(text: str, limit: int = CELL_MAX) -> str:
 
 
 def is_percent(column: str) -> bool:
-    """Shares and percentages: one decimal."""
-    return column.endswith("_pct") or "percent" in column or column.startswith("share")
+    """Percentages: one decimal (``share``/``share_of_root`` columns are fractions of 1 and
+    get three)."""
+    return column.endswith("_pct") or "percent" in column
 
 
 def format_float(column: str, value: float) -> str:
@@ -118,6 +119,8 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], width: int | Non
     ``width`` (None: natural widths, the ``--wide`` output) and the names of the columns
     left out, and the table's width. ``right``: per column, right-aligned (numbers),
     never broken."""
+    if width is not None:
+        header, rows, right = _ids_last(header, rows, right, width)
     if width is None:
         layout = Layout([max([len(h)] + [len(r[i]) for r in rows])
                          for i, h in enumerate(header)], [])
@@ -133,3 +136,22 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], width: int | Non
     for row in rows:
         out.add_row(*(Text(cell) for cell in row[:shown]))
     return out, layout.dropped, sum(layout.widths) + GAP * max(shown - 1, 0)
+
+
+def _is_id(name: str) -> bool:
+    """Bookkeeping columns (``node_id``, ``parent_id``, ``depth``, ``correlation``): the
+    first to give way in a narrow terminal."""
+    return name.endswith("_id") or name in ("depth", "correlation")
+
+
+def _ids_last(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool],
+              width: int) -> tuple[list[str], list[list[str]], list[bool]]:
+    """When the natural widths do not fit ``width``, the id-like columns (but the first
+    column) moved after the others, so the values are kept and the ids dropped first."""
+    natural = sum(max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header))
+    order = list(range(len(header)))
+    if natural + GAP * (len(header) - 1) > width:
+        order = ([i for i in order if i == 0 or not _is_id(header[i])]
+                 + [i for i in order if i > 0 and _is_id(header[i])])
+    flags = [bool(right[i]) if i < len(right) else False for i in order]
+    return ([header[i] for i in order], [[r[i] for i in order] for r in rows], flags)

@@ -85,7 +85,7 @@ def region_words(section: CriticalSection) -> str:
 
 def summary(section: CriticalSection) -> str:
     """One line: ``critical path of step 1 (28 us): 75% cpu, 21% launch, 4% gpu_compute``."""
-    shares = ", ".join(f"{s:.0%} {b}" for b, _, s in section.bounds[:4])
+    shares = ", ".join(f"{s:.0%} {b}" for b, _, s in section.bounds[:3] if s >= 0.005)
     return (f"critical path of {region_words(section)} ({svg.fmt_ns(section.length_ns)}): "
             f"{shares}")
 
