@@ -18,9 +18,11 @@ import traceatlas
 from traceatlas.analysis import registry
 from traceatlas.analysis.base import Result
 from traceatlas.analysis.partitioned import (
+    MESSAGE,
     RankTask,
     is_partitioned,
     merge,
+    partition_of,
     rank_batches,
     run_partitioned,
     run_task,
@@ -35,8 +37,11 @@ TRACES = {
     "lulesh": "profet-paraver/lulesh_7+1_with_uncores_sockets1+2.chop8.prv",
 }
 PARAMS: dict[str, list[dict[str, Any]]] = {
-    "profile": [{"by": "rank"}], "kernels": [{"by": "rank"}],
+    "profile": [{"by": "rank"}, {"by": "name"}, {"by": "name", "all_ranks": True, "top": 5}],
+    "kernels": [{"by": "rank"}],
     "breakdown": [{}, {"by": "stream"}],
+    "load_imbalance": [{}, {"metric": "inclusive", "num_ranks": 3, "all_ranks": True}],
+    "message_histogram": [{}, {"scale": "log", "bins": 5}],
 }
 
 
@@ -82,9 +87,11 @@ def _check_all(trace: traceatlas.Trace, engine: Engine, ranks_per_task: int) -> 
     cases = _cases(trace)
     tasks, owner = [], []
     for i, (name, typed) in enumerate(cases):
-        for batch in rank_batches(trace.ranks, ranks_per_task):
+        by = partition_of(registry.get_analysis(name), typed)
+        ranks = sorted(map(int, trace.manifest["ranks"])) if by == MESSAGE else trace.ranks
+        for batch in rank_batches(ranks, ranks_per_task):
             tasks.append(RankTask(str(trace.path), trace.selections, batch, name,
-                                  tuple(sorted(typed.items()))))
+                                  tuple(sorted(typed.items())), by))
             owner.append(i)
     partials = engine.map(run_task, tasks)
     checked = []
@@ -108,9 +115,11 @@ def test_partitioned_equals_whole_local_2_processes(
     assert len(trace.ranks) >= 2
     checked = _check_all(trace, LocalEngine(2), ranks_per_task=3)
     expected = {"dlrm": {"breakdown", "kernels", "idle", "launch", "queue", "syncs",
-                         "overlap", "annotations", "patterns", "steps", "profile"},
-                "healthy": {"breakdown", "kernels", "idle", "profile"},
-                "lulesh": {"profile", "counters"}}[key]
+                         "overlap", "annotations", "patterns", "steps", "profile",
+                         "load_imbalance"},
+                "healthy": {"breakdown", "kernels", "idle", "profile", "load_imbalance"},
+                "lulesh": {"profile", "counters", "load_imbalance", "comm_matrix",
+                           "comm_by_rank", "message_histogram"}}[key]
     assert expected <= set(checked), checked
 
 

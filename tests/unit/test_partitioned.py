@@ -53,7 +53,9 @@ def test_declarations_follow_parameters() -> None:
     kernels = registry.get_analysis("kernels")
     assert is_partitioned(kernels, {"by": "rank"})
     assert not is_partitioned(kernels, {"by": "name"})
-    assert not is_partitioned(registry.get_analysis("comm_matrix"), {})
+    assert is_partitioned(registry.get_analysis("comm_matrix"), {})  # by message
+    assert is_partitioned(registry.get_analysis("profile"), {"by": "name"})  # merged
+    assert not is_partitioned(registry.get_analysis("mpi_wait"), {})
     assert not is_partitioned(registry.get_analysis("critical_path"), {})
 
 
@@ -100,10 +102,17 @@ def test_every_partitioned_analysis_on_256_ranks(mpi256: traceatlas.Trace) -> No
             assert parts.notes == whole.notes
             checked.append((name, params))
     assert ("profile", {"by": "rank"}) in checked
+    assert {"profile", "load_imbalance", "comm_matrix", "comm_by_rank",
+            "message_histogram"} <= {n for n, _ in checked}
 
 
 def _param_sets(name: str) -> list[dict[str, str]]:
-    return [{"by": "rank"}] if name in ("profile", "kernels") else [{}]
+    return {"profile": [{"by": "rank"}, {"by": "name"}, {"by": "name", "all_ranks": "true",
+                                                          "categories": "mpi", "top": "3"}],
+            "kernels": [{"by": "rank"}],
+            "load_imbalance": [{}, {"metric": "inclusive", "num_ranks": "3",
+                                    "all_ranks": "true"}],
+            "message_histogram": [{}, {"scale": "log", "bins": "7"}]}.get(name, [{}])
 
 
 def test_registry_run_with_engine_process_pool(mpi256: traceatlas.Trace) -> None:

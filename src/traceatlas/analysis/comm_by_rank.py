@@ -12,11 +12,12 @@ Received), with both quantities as columns.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import Result
 from traceatlas.analysis.comm_matrix import message_notes, pair_totals
+from traceatlas.analysis.partitioned import summed_notes
 
 if TYPE_CHECKING:
     from traceatlas.model.trace import Trace
@@ -29,6 +30,18 @@ class CommByRank:
     description = "Point-to-point messages and bytes sent and received per rank"
     params = ()
     requires = ("messages",)
+    partition = "message"
+    """Each message counted by the batch whose part stores it (``analysis.partitioned``)."""
+
+    def merge(self, partials: Sequence[Result], params: Mapping[str, Any]) -> Result:
+        """The batches' per-rank counts and bytes added up per rank."""
+        import polars as pl
+
+        table = (pl.concat([p.table for p in partials], how="vertical")
+                 .group_by("rank").agg(pl.exclude("rank").sum().cast(pl.Int64))
+                 .select("rank", "sent_count", "sent_bytes", "recv_count", "recv_bytes")
+                 .sort("rank"))
+        return Result(table, notes=summed_notes(partials))
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """One row per rank: sent and received counts and bytes."""

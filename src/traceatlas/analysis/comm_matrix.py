@@ -17,10 +17,11 @@ was not recorded counts too (it is noted).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import Result
+from traceatlas.analysis.partitioned import summed_notes
 
 if TYPE_CHECKING:
     import polars as pl
@@ -35,6 +36,20 @@ class CommMatrix:
     description = "Point-to-point messages per sender x receiver pair: count and bytes"
     params = ()
     requires = ("messages",)
+
+    partition = "message"
+    """Each message counted by the batch whose part stores it (``analysis.partitioned``)."""
+
+    def merge(self, partials: Sequence[Result], params: Mapping[str, Any]) -> Result:
+        """The batches' pair totals added up per (src, dst)."""
+        import polars as pl
+
+        table = (pl.concat([p.table for p in partials], how="vertical")
+                 .group_by("src", "dst")
+                 .agg(pl.col("count").sum().cast(pl.Int64),
+                      pl.col("bytes").sum().cast(pl.Int64))
+                 .sort("src", "dst"))
+        return Result(table, notes=summed_notes(partials))
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """One row per (src, dst) pair with messages."""

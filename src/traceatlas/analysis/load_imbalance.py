@@ -20,14 +20,17 @@ list and the metric's mean and imbalance only (no max/min columns).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import MAX_COUNT, Param, Result
-from traceatlas.analysis.profile import CATEGORIES_HELP, per_rank
+from traceatlas.analysis.partitioned import batch_ranks, summed_notes
+from traceatlas.analysis.profile import CATEGORIES_HELP, per_rank, per_rank_partial
 from traceatlas.ops.exclusive import rank_stats
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from traceatlas.model.trace import Trace
 
 
@@ -46,25 +49,43 @@ class LoadImbalance:
               "(absent = 0) instead of the ranks that have the function"),
     )
     requires = ("intervals",)
+    partition = "rank"
+    """Per rank (``analysis.partitioned``): batches send their per-rank sums
+    (``profile.per_rank_partial``), the merge takes max/mean over ranks."""
+    partial = staticmethod(per_rank_partial)
+
+    def merge(self, partials: Sequence[Result], params: Mapping[str, Any]) -> Result:
+        """The batches' per-rank sums combined as ``run`` combines the whole trace's."""
+        import polars as pl
+
+        table = pl.concat([p.table for p in partials], how="vertical")
+        world = batch_ranks(partials) if params["all_ranks"] else None
+        return Result(imbalance(table, params, world), notes=summed_notes(partials))
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """One row per function, most time per rank first."""
-        import polars as pl
-
         table, notes = per_rank(trace, str(params["categories"]))
-        value = f"{params['metric']}_ns"
         world = len(trace.ranks) if params["all_ranks"] else None
-        k = max(int(params["num_ranks"]), 1)
-        stats = {e.meta.output_name(): e for e in rank_stats(value, "m", world)}
-        top = (pl.col("rank").sort_by([pl.col(value), pl.col("rank")],
-                                      descending=[True, False]).head(k)
-               .cast(pl.String).str.join(","))
-        out = (
-            table.group_by("name", "category")
-            .agg(ranks=pl.len().cast(pl.Int64), **stats, top_ranks=top)
-            .select("name", "category", "ranks", pl.col("m_mean_ns").alias("mean_ns"),
-                    pl.col("m_max_ns").alias("max_ns"), pl.col("m_min_ns").alias("min_ns"),
-                    "imbalance", "top_ranks")
-            .sort(["mean_ns", "name"], descending=[True, False])
-        )
-        return Result(out, notes=notes)
+        return Result(imbalance(table, params, world), notes=notes)
+
+
+def imbalance(table: pl.DataFrame, params: Mapping[str, Any], world: int | None
+              ) -> pl.DataFrame:
+    """The result table from the per-rank rows (``profile.per_rank``); ``world``: ranks
+    to average over (None: the ranks that have the function)."""
+    import polars as pl
+
+    value = f"{params['metric']}_ns"
+    k = max(int(params["num_ranks"]), 1)
+    stats = {e.meta.output_name(): e for e in rank_stats(value, "m", world)}
+    top = (pl.col("rank").sort_by([pl.col(value), pl.col("rank")],
+                                  descending=[True, False]).head(k)
+           .cast(pl.String).str.join(","))
+    return (
+        table.group_by("name", "category")
+        .agg(ranks=pl.len().cast(pl.Int64), **stats, top_ranks=top)
+        .select("name", "category", "ranks", pl.col("m_mean_ns").alias("mean_ns"),
+                pl.col("m_max_ns").alias("max_ns"), pl.col("m_min_ns").alias("min_ns"),
+                "imbalance", "top_ranks")
+        .sort(["mean_ns", "name"], descending=[True, False])
+    )

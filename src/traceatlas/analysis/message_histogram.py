@@ -18,12 +18,14 @@ linear scale and the default of 20 bins; Pipit counts sends only, here every row
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import MAX_BINS, Param, Result
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from traceatlas.model.trace import Trace
 
 DEFAULT_BINS = 20
@@ -43,39 +45,70 @@ class MessageHistogram:
     )
     requires = ("messages",)
 
-    def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
-        """One row per bin: edges in bytes and the message count."""
-        import numpy as np
+    partition = "message"
+    """Each message counted by the batch whose part stores it (``analysis.partitioned``):
+    batches send their distinct sizes with counts (``partial``), the merge bins them."""
+
+    def partial(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """A batch's share: ``size_counts`` of its messages."""
+        return Result(size_counts(trace.messages).collect())
+
+    def merge(self, partials: Sequence[Result], params: Mapping[str, Any]) -> Result:
+        """The batches' size counts added up per size, then binned as ``run`` bins."""
         import polars as pl
 
-        from traceatlas.errors import InputError
+        sizes = (pl.concat([p.table for p in partials], how="vertical")
+                 .group_by("bytes").agg(pl.col("count").sum()))
+        return histogram(sizes, params)
 
-        bins = int(params["bins"])
-        if bins < 1:
-            raise InputError("--param bins", f"must be at least 1, got {bins}")
-        sizes_all = trace.messages.select("bytes").collect()["bytes"]
-        notes = []
-        unknown = sizes_all.null_count()
-        if unknown:
-            notes.append(f"{unknown} message(s) of unknown size left out")
-        sizes = sizes_all.drop_nulls().to_numpy().astype(np.float64)
-        if not len(sizes):
-            edges = np.zeros(0)
-            counts = np.zeros(0, dtype=np.int64)
-        elif params["scale"] == "log" and sizes.max() > max(sizes.min(), 1.0):
-            lo = max(float(sizes.min()), 1.0)
-            zeros = int((sizes < lo).sum())
-            if zeros:
-                notes.append(f"{zeros} message(s) smaller than 1 byte counted in the first bin")
-            edges = np.geomspace(lo, float(sizes.max()), bins + 1)
-            counts, _ = np.histogram(np.maximum(sizes, lo), bins=edges)
-        else:
-            counts, edges = np.histogram(sizes, bins=bins)
-        n = len(counts)
-        table = pl.DataFrame({
-            "bin": pl.Series(np.arange(n), dtype=pl.Int64),
-            "bin_lo_bytes": pl.Series(edges[:n], dtype=pl.Float64),
-            "bin_hi_bytes": pl.Series(edges[1:n + 1], dtype=pl.Float64),
-            "count": pl.Series(counts, dtype=pl.Int64),
-        })
-        return Result(table, notes=notes)
+    def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """One row per bin: edges in bytes and the message count."""
+        return histogram(size_counts(trace.messages).collect(), params)
+
+
+def size_counts(messages: pl.LazyFrame) -> pl.LazyFrame:
+    """``bytes`` (null: unknown size) and ``count`` of messages of that size."""
+    import polars as pl
+
+    return messages.group_by("bytes").agg(count=pl.len().cast(pl.Int64))
+
+
+def histogram(sizes: pl.DataFrame, params: Mapping[str, Any]) -> Result:
+    """The result from the distinct sizes and their counts (``size_counts``): numpy's
+    histogram of the sizes weighted by their counts, the same bins and integer counts as
+    of the sizes repeated (the range and each size's bin depend on the values only)."""
+    import numpy as np
+    import polars as pl
+
+    from traceatlas.errors import InputError
+
+    bins = int(params["bins"])
+    if bins < 1:
+        raise InputError("--param bins", f"must be at least 1, got {bins}")
+    notes = []
+    known = sizes.filter(pl.col("bytes").is_not_null()).sort("bytes")
+    unknown = int(sizes.filter(pl.col("bytes").is_null())["count"].sum())
+    if unknown:
+        notes.append(f"{unknown} message(s) of unknown size left out")
+    values = known["bytes"].to_numpy().astype(np.float64)
+    weights = known["count"].to_numpy().astype(np.int64)
+    if not len(values):
+        edges = np.zeros(0)
+        counts = np.zeros(0, dtype=np.int64)
+    elif params["scale"] == "log" and values.max() > max(values.min(), 1.0):
+        lo = max(float(values.min()), 1.0)
+        zeros = int(weights[values < lo].sum())
+        if zeros:
+            notes.append(f"{zeros} message(s) smaller than 1 byte counted in the first bin")
+        edges = np.geomspace(lo, float(values.max()), bins + 1)
+        counts, _ = np.histogram(np.maximum(values, lo), bins=edges, weights=weights)
+    else:
+        counts, edges = np.histogram(values, bins=bins, weights=weights)
+    n = len(counts)
+    table = pl.DataFrame({
+        "bin": pl.Series(np.arange(n), dtype=pl.Int64),
+        "bin_lo_bytes": pl.Series(edges[:n], dtype=pl.Float64),
+        "bin_hi_bytes": pl.Series(edges[1:n + 1], dtype=pl.Float64),
+        "count": pl.Series(counts, dtype=pl.Int64),
+    })
+    return Result(table, notes=notes)

@@ -9,9 +9,22 @@ on a LocalCluster or a scheduler). An analysis opts in with a class attribute:
     (``partition`` absent or ``"trace"``) need every rank at once (cross-rank matching,
     replay, trace-wide statistics) and run whole.
 
+``partition = "message"``
+    For analyses of the ``messages`` table: each batch reads the messages stored in its
+    own ranks' parts (a message row lives in one part, the sender's in every reader here)
+    and every other table by its ranks, so each message is counted by exactly one batch;
+    the batches cover every rank of the store (a rank selection keeps a message when
+    either side is selected, so its stored side may be outside the selection).
+    ``analysis.partitioned_view`` builds both views.
+
 ``partition_for(params) -> str`` (optional)
     The same declaration when it depends on a parameter (``kernels`` with ``by=rank`` is
     per rank, with ``by=name`` it combines ranks): overrides ``partition``.
+
+``partial(trace, params) -> Result`` (optional)
+    The map step when it is not ``run`` itself: what one batch sends back for the merge
+    (``profile by=name`` sends its per-rank sums, ``message_histogram`` its sizes with
+    their counts). Without it the worker runs ``run``.
 
 ``merge(partials, params) -> Result`` (optional)
     The reduce step, for analyses whose result is not the plain concatenation (summary
@@ -28,14 +41,14 @@ Peak memory per worker is what the analysis needs for ``ranks_per_task`` ranks
 (``DEFAULT_RANKS_PER_TASK``), independent of the number of ranks in the trace; the client
 holds the partial results (the size of the final result).
 
-API: ``is_partitioned(analysis, params)``, ``run_partitioned(analysis, trace, params, engine)``,
-``rank_batches``, ``RankTask`` / ``run_task`` (the mapped function), ``concat``,
-``concat_counts``.
+API: ``is_partitioned(analysis, params)``, ``partition_of``,
+``run_partitioned(analysis, trace, params, engine)``, ``rank_batches``, ``RankTask`` /
+``run_task`` (the mapped function), ``concat``, ``concat_counts``, ``summed_notes``,
+``batch_ranks``.
 """
 
 from __future__ import annotations
 
-import copy
 import functools
 import os
 import re
@@ -53,17 +66,26 @@ if TYPE_CHECKING:
 
 RANK = "rank"
 """``partition`` value: the analysis runs on each rank alone; results concatenate."""
+MESSAGE = "message"
+"""``partition`` value: each message read on the one rank whose part stores it."""
+PARTITIONS = (RANK, MESSAGE)
 DEFAULT_RANKS_PER_TASK = 4
 """Ranks one task reads at once: tasks stay coarse, memory stays bounded by 4 ranks."""
 
 
-def is_partitioned(analysis: Analysis, params: Mapping[str, Any] | None = None) -> bool:
-    """True when ``analysis`` declares ``partition = "rank"`` (or its ``partition_for``
-    returns it for the typed ``params``)."""
+def partition_of(analysis: Analysis, params: Mapping[str, Any] | None = None) -> str:
+    """``analysis``'s ``partition`` (``partition_for(params)`` when it has one and
+    ``params`` are given); ``"trace"`` when it declares none."""
     hook = getattr(analysis, "partition_for", None)
     if hook is not None and params is not None:
-        return bool(hook(params) == RANK)
-    return getattr(analysis, "partition", "trace") == RANK
+        return str(hook(params))
+    return str(getattr(analysis, "partition", "trace"))
+
+
+def is_partitioned(analysis: Analysis, params: Mapping[str, Any] | None = None) -> bool:
+    """True when ``analysis`` declares ``partition = "rank"`` or ``"message"`` (or its
+    ``partition_for`` returns one for the typed ``params``)."""
+    return partition_of(analysis, params) in PARTITIONS
 
 
 @dataclass(frozen=True)
@@ -75,6 +97,8 @@ class RankTask:
     ranks: tuple[int, ...]
     analysis: str
     params: tuple[tuple[str, Any], ...]
+    by: str = RANK
+    """``RANK`` or ``MESSAGE``: how the batch's view selects its rows."""
 
 
 def rank_batches(ranks: Sequence[int], ranks_per_task: int) -> list[tuple[int, ...]]:
@@ -93,25 +117,30 @@ def _open(store: str, stamp: tuple[int, int]) -> Trace:
 
 
 def _trace_view(task: RankTask) -> Trace:
-    """The worker's view: the client's selections plus this batch's ranks."""
-    from traceatlas.ops.select import Selection
+    """The worker's view: the client's selections plus this batch's ranks (messages:
+    the batch's own parts, ``partitioned_view``)."""
+    from traceatlas.analysis.partitioned_view import message_view, rank_view
     from traceatlas.store.layout import MANIFEST
 
     info = os.stat(Path(task.store) / MANIFEST)
-    view = copy.copy(_open(task.store, (info.st_ino, info.st_mtime_ns)))
-    view.selections = (*task.selections, Selection(ranks=task.ranks))
-    return view
+    base = _open(task.store, (info.st_ino, info.st_mtime_ns))
+    make = message_view if task.by == MESSAGE else rank_view
+    return make(base, task.selections, task.ranks)
 
 
 def run_task(task: RankTask) -> Result | None:
-    """The mapped function: run ``task.analysis`` on its batch of ranks (in a worker).
-    None when the batch has none of the data the analysis reads (``MissingDataError``):
-    the whole trace has no row for those ranks either."""
+    """The mapped function: run ``task.analysis`` (its ``partial`` when it has one) on
+    its batch of ranks (in a worker). None when the batch has none of the data the
+    analysis reads (``MissingDataError``): the whole trace has no row for those ranks
+    either."""
     from traceatlas.analysis.registry import get_analysis
     from traceatlas.errors import MissingDataError
 
+    analysis = get_analysis(task.analysis)
+    step = getattr(analysis, "partial", None) or analysis.run
     try:
-        return get_analysis(task.analysis).run(_trace_view(task), dict(task.params))
+        result: Result = step(_trace_view(task), dict(task.params))
+        return result
     except MissingDataError:
         return None
 
@@ -138,6 +167,13 @@ def concat_counts(partials: Sequence[Result], params: Mapping[str, Any]) -> Resu
     ..."``) merged into one note carrying the sum of each count over the partials. Notes
     naming ranks are kept as they are, once each (a rank list stays one note per batch)."""
     merged = concat(partials)
+    merged.notes = summed_notes(partials)
+    return merged
+
+
+def summed_notes(partials: Sequence[Result]) -> list[str]:
+    """The partials' notes, those that differ only in their counts merged into one with
+    each count summed (``concat_counts``' note rule), in first-seen order."""
     sums: dict[str, list[int]] = {}
     for note in (n for p in partials for n in p.notes):
         if "rank" in note:  # names ranks, not counts: kept once (one note per batch)
@@ -148,8 +184,13 @@ def concat_counts(partials: Sequence[Result], params: Mapping[str, Any]) -> Resu
                                 [0] * len(counts))
         for i, c in enumerate(counts):
             total[i] += c
-    merged.notes = [template.format(*total) for template, total in sums.items()]
-    return merged
+    return [template.format(*total) for template, total in sums.items()]
+
+
+def batch_ranks(partials: Sequence[Result]) -> int:
+    """Ranks of the selection over all batches, from each partial's extra table
+    ``ranks`` (one row per rank of its view; the batches' ranks are disjoint)."""
+    return sum(p.extra["ranks"].height for p in partials if "ranks" in p.extra)
 
 
 def merge(analysis: Analysis, partials: Sequence[Result],
@@ -168,13 +209,17 @@ def run_partitioned(analysis: Analysis, trace: Trace, params: Mapping[str, Any],
     """``analysis`` (declared ``partition = "rank"``) mapped over batches of the ranks of
     ``trace`` on ``engine``, reduced by its merge. ``params`` are typed (``parse_params``);
     requirements are the caller's (``registry.run`` checks them on the whole view)."""
-    if not is_partitioned(analysis, params):
-        raise ValueError(f"{analysis.name} is not declared partition = {RANK!r}")
+    by = partition_of(analysis, params)
+    if by not in PARTITIONS:
+        raise ValueError(f"{analysis.name} is not declared partition = {RANK!r} or "
+                         f"{MESSAGE!r}")
     ranks = trace.ranks
+    if by == MESSAGE:  # a selected message may be stored on an unselected rank
+        ranks = sorted(int(r) for r in trace.manifest["ranks"])
     if len(ranks) <= 1:
         return analysis.run(trace, params)
     items = tuple(sorted(params.items()))
-    tasks = [RankTask(str(trace.path), trace.selections, batch, analysis.name, items)
+    tasks = [RankTask(str(trace.path), trace.selections, batch, analysis.name, items, by)
              for batch in rank_batches(ranks, ranks_per_task)]
     partials = [p for p in engine.map(run_task, tasks) if p is not None]
     if not partials:  # no batch has the data: the whole run raises the missing-data error

@@ -32,11 +32,11 @@ in ``load_imbalance``) and no category filter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import MAX_COUNT, Param, Result
-from traceatlas.analysis.partitioned import concat_counts
+from traceatlas.analysis.partitioned import batch_ranks, concat_counts, summed_notes
 from traceatlas.ops.exclusive import exclusive_intervals, rank_stats
 
 if TYPE_CHECKING:
@@ -81,12 +81,26 @@ class Profile:
     )
     requires = ("intervals",)
     partition = "rank"
-    """Per rank: results concatenate (``analysis.partitioned``)."""
-    merge = staticmethod(concat_counts)
+    """Per rank (``analysis.partitioned``): ``by=rank`` tables concatenate; ``by=name``
+    merges the batches' per-rank sums (``partial``, ``merge``)."""
 
-    def partition_for(self, params: Mapping[str, Any]) -> str:
-        """``by=rank`` is per rank; ``by=name`` combines ranks (whole trace)."""
-        return "rank" if params["by"] == "rank" else "trace"
+    def partial(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """A batch's share: ``by=rank`` the result; ``by=name`` the per-rank sums (extra
+        ``ranks``: the batch's ranks, for ``all_ranks``)."""
+        if params["by"] == "rank":
+            return self.run(trace, params)
+        return per_rank_partial(trace, params)
+
+    def merge(self, partials: Sequence[Result], params: Mapping[str, Any]) -> Result:
+        """``by=rank``: ``concat_counts``; ``by=name``: the per-rank sums combined."""
+        if params["by"] == "rank":
+            return concat_counts(partials, params)
+        import polars as pl
+
+        table = pl.concat([p.table for p in partials], how="vertical")
+        world = batch_ranks(partials) if params["all_ranks"] else None
+        return Result(over_ranks(table, world, int(params["top"])),
+                      notes=summed_notes(partials))
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """The flat profile, sorted by exclusive time descending."""
@@ -101,19 +115,36 @@ class Profile:
                 table = table.group_by("rank", maintain_order=True).head(top)
             return Result(table, notes=notes)
         world = len(trace.ranks) if params["all_ranks"] else None
-        table = (
-            table.group_by("name", "category")
-            .agg(ranks=pl.len().cast(pl.Int64), calls=pl.col("calls").sum().cast(pl.Int64),
-                 inclusive_ns=pl.col("inclusive_ns").sum(),
-                 exclusive_ns=pl.col("exclusive_ns").sum(),
-                 inclusive_mean_ns=rank_stats("inclusive_ns", "inclusive", world)[0],
-                 **{e.meta.output_name(): e
-                    for e in rank_stats("exclusive_ns", "exclusive", world)})
-            .select("name", "category", "ranks", "calls", "inclusive_ns", "exclusive_ns",
-                    "inclusive_mean_ns", "exclusive_mean_ns", "exclusive_min_ns",
-                    "exclusive_max_ns", "imbalance")
-            .sort(order, descending=[True, False])
-        )
-        if top > 0:
-            table = table.head(top)
-        return Result(table, notes=notes)
+        return Result(over_ranks(table, world, top), notes=notes)
+
+
+def per_rank_partial(trace: Trace, params: Mapping[str, Any]) -> Result:
+    """``per_rank`` of one batch, with its ranks in the extra table ``ranks`` (the map
+    step of ``profile by=name`` and ``load_imbalance``)."""
+    import polars as pl
+
+    table, notes = per_rank(trace, str(params["categories"]))
+    ranks = pl.DataFrame({"rank": trace.ranks}, schema={"rank": pl.Int64})
+    return Result(table, extra={"ranks": ranks}, notes=notes)
+
+
+def over_ranks(table: pl.DataFrame, world: int | None, top: int) -> pl.DataFrame:
+    """The ``by=name`` table from the per-rank rows (``per_rank``); ``world``: ranks to
+    average over (None: the ranks that have the name)."""
+    import polars as pl
+
+    order = [pl.col("exclusive_ns"), pl.col("name")]
+    table = (
+        table.group_by("name", "category")
+        .agg(ranks=pl.len().cast(pl.Int64), calls=pl.col("calls").sum().cast(pl.Int64),
+             inclusive_ns=pl.col("inclusive_ns").sum(),
+             exclusive_ns=pl.col("exclusive_ns").sum(),
+             inclusive_mean_ns=rank_stats("inclusive_ns", "inclusive", world)[0],
+             **{e.meta.output_name(): e
+                for e in rank_stats("exclusive_ns", "exclusive", world)})
+        .select("name", "category", "ranks", "calls", "inclusive_ns", "exclusive_ns",
+                "inclusive_mean_ns", "exclusive_mean_ns", "exclusive_min_ns",
+                "exclusive_max_ns", "imbalance")
+        .sort(order, descending=[True, False])
+    )
+    return table.head(top) if top > 0 else table
