@@ -121,6 +121,7 @@ def build(trace: Trace, r0: int | None, r1: int | None) -> tuple[Graph, dict[str
 
     from traceatlas.ops import critical_graph as cg
     from traceatlas.ops import critical_ranks as cr
+    from traceatlas.ops.critical_host_coll import host_collectives
     from traceatlas.ops.critical_syncs import sync_edges
 
     events, lo, hi = cg.region_events(trace.intervals, r0, r1)
@@ -136,14 +137,27 @@ def build(trace: Trace, r0: int | None, r1: int | None) -> tuple[Graph, dict[str
     matched, n_nccl = cr.nccl_collectives(b, dev)
     cg.add_durations(b, matched)
     n_mpi = cr.mpi_collectives(b)
+    host = host_collectives(b, _unselected(trace), lo, hi)
     n_msg = cr.message_edges(b, msgs)
     g = b.finish(lo, hi)
     k = g.edges["kind"]
     out = {"launch": int((k == cg.K["launch"]).sum()),
            "stream": int((k == cg.K["stream"]).sum()),
            **counts, "nccl_collectives": n_nccl, "mpi_collectives": n_mpi,
-           "messages": n_msg}
+           **host, "messages": n_msg}
     return g, out
+
+
+def _unselected(trace: Trace) -> pl.LazyFrame:
+    """The intervals without step/window/name filters (rank selections kept): host
+    collective occurrences are counted over the whole trace."""
+    from traceatlas.ops.select import Selection
+
+    view = type(trace).__new__(type(trace))
+    view.path, view.manifest = trace.path, trace.manifest
+    view.selections = tuple(Selection(ranks=s.ranks) for s in trace.selections
+                            if s.ranks is not None)
+    return view.intervals
 
 
 def _region(trace: Trace, region: str) -> tuple[int | None, int | None]:

@@ -42,12 +42,15 @@ BOUNDS: tuple[str, ...] = ("cpu", "gpu_compute", "gpu_comm", "launch", "kernel_g
 B = {name: i for i, name in enumerate(BOUNDS)}
 KINDS: tuple[str, ...] = ("source", "chain", "duration", "stream", "launch", "sync_stream",
                           "sync_context", "sync_event", "sync_copy", "stream_wait_event",
-                          "collective", "message")
-"""Edge kinds (index = code); ``dependencies`` counts edges per kind."""
+                          "collective", "message", "wakeup")
+"""Edge kinds (index = code); ``dependencies`` counts edges per kind. ``wakeup``: a host
+collective's work releasing a thread of its rank that waited untraced
+(``ops/critical_host_coll.py``)."""
 K = {name: i for i, name in enumerate(KINDS)}
 PRIORITY = {K["duration"]: 10, K["collective"]: 9, K["chain"]: 8, K["stream"]: 7,
             K["sync_stream"]: 5, K["sync_context"]: 5, K["sync_event"]: 5, K["sync_copy"]: 5,
-            K["stream_wait_event"]: 5, K["message"]: 4, K["launch"]: 3, K["source"]: 0}
+            K["stream_wait_event"]: 5, K["wakeup"]: 5, K["message"]: 4, K["launch"]: 3,
+            K["source"]: 0}
 """Tie-break between predecessors arriving at the same time (higher wins). A blocking
 MPI collective's end is reached both by its own chain and by the instance node; for the
 last arrival both tie, and the path goes through the instance (so it is counted)."""

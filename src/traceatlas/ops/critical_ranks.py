@@ -35,7 +35,7 @@ def nccl_collectives(b: Builder, dev: pl.DataFrame) -> tuple[npt.NDArray[np.bool
             .with_columns(pl.col("process_group").fill_null(""))
             .sort("rank", "start_ns")
             .with_columns(occ=pl.int_range(pl.len()).over("rank", "name", "process_group")))
-    return _instances(b, comm, ["process_group", "name", "occ"], "gpu_comm",
+    return instances(b, comm, ["process_group", "name", "occ"], "gpu_comm",
                       comm["ks"].to_numpy(), comm["ke"].to_numpy(), blocking=False)
 
 
@@ -55,14 +55,17 @@ def mpi_collectives(b: Builder) -> int:
              .sort("rank", "start_ns")
              .with_columns(occ=pl.int_range(pl.len()).over("rank", "comm", "op")))
     eid = calls["eid"].to_numpy()
-    _, n = _instances(b, calls, ["comm", "op", "occ"], "comm", b.start_node[eid],
+    _, n = instances(b, calls, ["comm", "op", "occ"], "comm", b.start_node[eid],
                       b.end_node[eid], blocking=True)
     return n
 
 
-def _instances(b: Builder, frame: pl.DataFrame, key: list[str], bound: str,
+def instances(b: Builder, frame: pl.DataFrame, key: list[str], bound: str,
                start_node: npt.NDArray[np.int64], end_node: npt.NDArray[np.int64],
                *, blocking: bool) -> tuple[npt.NDArray[np.bool_], int]:
+    """Instance node per ``key`` value held once by each of >= 2 ranks, at the latest
+    ``start_ns`` (the last arrival): start node -> instance (``wait``) -> end node
+    (``bound``); end nodes are blocking when ``blocking``. Returns (eid mask, count)."""
     import polars as pl
 
     matched = np.zeros(b.events.height, bool)
