@@ -217,6 +217,8 @@ class _Assembler:
 
     def rank_of(self, appl: I64, task: I64) -> I64:
         """Rank of (application, task) columns: application offset + task - 1."""
+        if len(self.offsets) == 1:  # one application (records of others are dropped)
+            return np.asarray(task - 1, dtype=np.int64)
         return np.asarray(self.offsets[appl - 1] + task - 1, dtype=np.int64)
 
     def ranks(self) -> list[RankData]:
@@ -262,7 +264,7 @@ class _Assembler:
         if not len(s) or self.pcf.derived_states:
             return None
         values = s[:, 7]
-        uniq, inverse = np.unique(values, return_inverse=True)
+        uniq, inverse = _codes(values)
         labels = [self.pcf.states.get(int(v), f"state {int(v)}") for v in uniq.tolist()]
         args = pc.binary_join_element_wise(
             '{"cpu": ', pa.array(s[:, 1]).cast(pa.string()), ', "state": ',
@@ -322,7 +324,7 @@ class _Assembler:
                                        sort[unmatched]]))
         instants = self.instant_rows(inst, rank, thread, time, etype, value, region_cat)
         cidx = np.flatnonzero(is_counter)
-        cnames, cinv = np.unique(etype[cidx], return_inverse=True)
+        cnames, cinv = _codes(etype[cidx])
         self.counter_types = {pcf.type_label(t): t for t in cnames.tolist()}
         counters = {
             "rank": rank[cidx], "track_id": thread[cidx], "ts_ns": time[cidx],
@@ -499,6 +501,13 @@ def _unique_pairs(a: I64, b: I64) -> tuple[I64, I64]:
     return uniq, np.asarray(encoded.indices.to_numpy(), dtype=np.int64)
 
 
+def _codes(values: I64) -> tuple[I64, I64]:
+    """``np.unique(values, return_inverse=True)`` by hashing and a binary search (no sort
+    of ``values``; few distinct values here: states, event types)."""
+    uniq = np.unique(values)
+    return uniq, np.asarray(np.searchsorted(uniq, values), dtype=np.int64)
+
+
 def _stable_order(key: I64, keys: tuple[I64, ...]) -> I64:
     """Stable argsort of ``key`` (a radix sort when it fits 16 bits); ``np.lexsort(keys)``
     when ``key`` may have overflowed (negative or past 2^62)."""
@@ -521,7 +530,7 @@ def _region_order(ridx: I64, rank: I64, thread: I64, etype: I64, time: I64,
     if not len(ridx):
         return ridx, np.zeros(0, dtype=np.int64)
     r, th, ty = rank[ridx], thread[ridx], etype[ridx]
-    types, ty_code = np.unique(ty, return_inverse=True)
+    types, ty_code = _codes(ty)
     th_low = int(th.min())
     th_span = int(th.max()) - th_low + 1
     r_low = int(r.min())
@@ -573,9 +582,12 @@ def _split(name: str, columns: dict[str, Any] | None, n_ranks: int) -> list[pa.T
     if columns is None:
         return [empty_table(name).drop_columns(["rank"]) for _ in range(n_ranks)]
     rank = np.asarray(columns["rank"], dtype=np.int64)
-    order = np.argsort(rank.astype(np.uint16) if n_ranks <= 1 << 16 else rank, kind="stable")
-    bounds = np.searchsorted(rank[order], np.arange(n_ranks + 1))
     table = pa.table({k: (pa.array(v) if isinstance(v, np.ndarray) else v)
-                      for k, v in columns.items() if k != "rank"}).take(pa.array(order))
+                      for k, v in columns.items() if k != "rank"})
+    if len(rank) and bool(np.any(rank[1:] < rank[:-1])):  # else already by rank
+        order = np.argsort(rank.astype(np.uint16) if n_ranks <= 1 << 16 else rank,
+                           kind="stable")
+        table, rank = table.take(pa.array(order)), rank[order]
+    bounds = np.searchsorted(rank, np.arange(n_ranks + 1))
     return [table.slice(int(bounds[r]), int(bounds[r + 1] - bounds[r]))
             for r in range(n_ranks)]
