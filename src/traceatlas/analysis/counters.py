@@ -15,11 +15,24 @@ Two sources:
 - ``cupti_range``: Kineto's CUPTI range-profiler events (source category
   ``cuda_profiler_range``, one interval per kernel, the counter values in ``args``).
 
-Main table, per rank, kernel name, counter and source: ``kernels`` (instances with a
-value), ``samples`` (gpu_metrics: samples whose timestamp lies in an instance, summed;
-cupti_range: instances), ``mean`` (gpu_metrics: time-weighted over all instances, i.e.
-sum of integrals / sum of covered ns; cupti_range: arithmetic mean per instance), in the
-counter's own unit.
+Granularity ``-p by=``: every (instance, counter) first gets a value
+(``counters_instances``: gpu_metrics the time-weighted mean over the instance,
+cupti_range the event's value), then rows are grouped per ``instance`` (one row each, no
+grouping), ``kernel`` (name; the default), ``op`` (innermost ``cpu_op`` holding the
+instance's launch on its thread; cupti_range: holding the range event's start), ``annotation``
+(innermost ``annotation``/``nvtx`` span, same rule) or ``rank``; null op/annotation when
+none holds it. Per group, counter and source: ``kernels`` (instances with a value),
+``samples`` (gpu_metrics: samples whose timestamp lies in an instance, summed; cupti_range:
+instances), ``mean`` (gpu_metrics: time-weighted over all instances, i.e. sum of integrals
+/ sum of covered ns; cupti_range: arithmetic mean per instance), and the variability across
+instances of their values (unweighted): ``std`` (population, ddof 0), ``min``, ``max``,
+``cv`` = std / unweighted mean. All in the counter's own unit (``cv`` a ratio).
+
+Extra table ``gemm_tensor`` (nsys2prv's "tensor core usage per GEMM kernel"): one row per
+rank, tensor counter (``tensor_counters`` regex) and source, one column per kernel name
+matching ``gemm_kernels`` (gemm, nvjet, cutlass, xmma, cublas, wgmma, hmma, matmul,
+case-insensitive), value = that kernel's per-kernel ``mean`` on that rank (null: the
+kernel did not run there).
 
 Extra table ``bound`` (gpu_metrics only), per rank and kernel name: ``compute_pct`` = the
 largest mean among counters matching ``compute_counters``; ``memory_pct`` = the sum of the
@@ -38,26 +51,34 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from traceatlas.analysis import counters_instances as ci
 from traceatlas.analysis.base import Param, Result
-from traceatlas.analysis.requirements import DEVICE_WORK
-from traceatlas.io.kineto_memory import MEMORY_SERIES
 
 if TYPE_CHECKING:
     import polars as pl
 
     from traceatlas.model.trace import Trace
 
-CUPTI_RANGE = "cuda_profiler_range"
-SERIES = ["rank", "track_id", "counter"]
-KEYS = ["rank", "kernel", "counter", "source"]
+CUPTI_RANGE = ci.CUPTI_RANGE
+GRANULARITY = ("instance", "kernel", "op", "annotation", "rank")
+GROUP = {"kernel": ["kernel"], "op": ["op"], "annotation": ["annotation"], "rank": []}
+"""Keys (after ``rank``, before ``counter``, ``source``) of each ``by``."""
+ATTRIBUTION = {"op": ("cpu_op",), "annotation": ("annotation", "nvtx")}
+"""Span categories an instance is attributed to (innermost holding its launch)."""
+GEMM_KERNELS = r"(?i)gemm|nvjet|cutlass|xmma|cublas|wgmma|hmma|matmul"
+TENSOR_COUNTERS = r"(?i)^tensor (active|activity)|pipe_tensor"
 
 
 class Counters:
-    """Per kernel means of device counters; compute/memory/latency-bound classification."""
+    """Device counters per instance, kernel, op, annotation or rank; bound class."""
 
     name = "counters"
-    description = "Device counters per kernel (GPU metrics, CUPTI range profiler), bound class"
+    description = ("Device counters (GPU metrics, CUPTI range profiler) per instance, "
+                   "kernel, op, annotation or rank; bound class; tensor use per GEMM kernel")
     params = (
+        Param("by", str, "kernel", "granularity: instance, kernel, op (innermost cpu_op "
+              "holding the launch), annotation (innermost record_function/NVTX range "
+              "holding the launch) or rank", choices=GRANULARITY),
         Param("compute_counters", str, r"(?i)^(sms? active|sm issue|tensor active)",
               "regex of the counters giving compute utilisation (%)"),
         Param("memory_counters", str, r"(?i)^dram (read|write)",
@@ -66,134 +87,80 @@ class Counters:
               minimum=0.0, maximum=100.0),
         Param("memory_threshold", float, 50.0, "memory_pct at or above: memory-bound (%)",
               minimum=0.0, maximum=100.0),
+        Param("gemm_kernels", str, GEMM_KERNELS,
+              "regex of the GEMM kernel names (columns of the gemm_tensor table)"),
+        Param("tensor_counters", str, TENSOR_COUNTERS,
+              "regex of the tensor-core activity counters (gemm_tensor values)"),
     )
     requires = ("counters",)
+    """Counter samples or CUPTI range events (``requirements.REQUIREMENTS``)."""
     partition = "rank"
     """Per rank: results concatenate (``analysis.partitioned``)."""
-    """Counter samples or CUPTI range events (``requirements.REQUIREMENTS``)."""
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
-        """Per kernel name and counter: kernels, samples, mean; extra table ``bound``."""
+        """Per ``by`` group and counter: kernels, samples, mean, std, min, max, cv; extra
+        tables ``bound`` (per kernel) and ``gemm_tensor`` (ranks x GEMM kernels)."""
         import polars as pl
 
-        cupti = _cupti(trace)
-        metrics = _gpu_metrics(trace)
-        table = pl.concat([metrics, cupti]).sort(KEYS)
+        rows = ci.instances(trace)
+        by = str(params.get("by", "kernel"))
         notes = []
-        if metrics.height == 0 and cupti.height == 0:
+        if rows.height == 0:
             notes.append("no counter sample falls inside device activity on its device")
-        return Result(table, extra={"bound": _bound(metrics, params)}, notes=notes)
+        per_kernel = aggregate(rows, GROUP["kernel"])
+        extra = {"bound": _bound(per_kernel.filter(pl.col("source") == "gpu_metrics"), params),
+                 "gemm_tensor": gemm_tensor(per_kernel, str(params["gemm_kernels"]),
+                                            str(params["tensor_counters"]))}
+        if by == "instance":
+            table = rows.select("rank", "kernel", "counter", "source", "start_ns", "end_ns",
+                                "covered_ns", "samples", pl.col("value").alias("mean")
+                                ).sort("rank", "start_ns", "kernel", "counter", "source")
+        elif by == "kernel":
+            table = per_kernel
+        else:
+            if by in ATTRIBUTION:
+                rows = ci.attribute(trace, rows, ATTRIBUTION[by], by)
+                unattributed = rows.filter(pl.col(by).is_null())["iid"].n_unique()
+                if unattributed and rows.height:
+                    notes.append(f"{unattributed} instances were launched inside no "
+                                 f"{' / '.join(ATTRIBUTION[by])} span (row with null {by})")
+            table = aggregate(rows, GROUP[by])
+        return Result(table, extra=extra, notes=notes)
 
 
-def _gpu_metrics(trace: Trace) -> pl.DataFrame:
+def aggregate(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Per rank, ``keys``, counter and source: ``kernels`` (instances), ``samples``
+    (summed), ``mean`` (weighted by ``weight``: time-weighted for gpu_metrics, per instance
+    for cupti_range), ``std`` (population, ddof 0), ``min``, ``max`` of the instances'
+    values and ``cv`` = std / their unweighted mean (null when that mean is 0)."""
     import polars as pl
 
-    tracks = trace.tracks.filter(
-        (pl.col("kind").cast(pl.String) == "counter") & (pl.col("device") >= 0)
-    ).select("rank", "track_id", "device")
-    by = pl.col("ts_ns").shift(-1).over(SERIES) - pl.col("ts_ns")
-    samples = (
-        trace.counters.join(tracks, on=["rank", "track_id"])
-        .select("rank", "track_id", "device", pl.col("name").cast(pl.String).alias("counter"),
-                "ts_ns", "value")
-        .filter(pl.col("value").is_not_null()
-                & ~pl.col("counter").str.contains(MEMORY_SERIES))
-        .sort([*SERIES, "ts_ns"])
-        .with_columns(seg=(pl.col("value") * by).fill_null(0.0))
-        .with_columns(F=(pl.col("seg").cum_sum() - pl.col("seg")).over(SERIES),
-                      idx=pl.int_range(pl.len(), dtype=pl.Int64).over(SERIES))
-        .collect()
-    )
-    if samples.height == 0:
-        return _empty()
-    series = samples.group_by([*SERIES, "device"]).agg(
-        t0=pl.col("ts_ns").min(), tn=pl.col("ts_ns").max())
-    cat = pl.col("category").cast(pl.String)
-    kernels = (
-        trace.intervals.filter(cat.is_in(DEVICE_WORK) & pl.col("device").is_not_null())
-        .select("rank", "device", "start_ns", "end_ns", pl.col("name").cast(pl.String)
-                .alias("kernel"))
-        .join(series.lazy(), on=["rank", "device"])
-        .with_columns(a=pl.col("start_ns").clip(pl.col("t0"), pl.col("tn")),
-                      b=pl.col("end_ns").clip(pl.col("t0"), pl.col("tn")))
-        .filter(pl.col("b") > pl.col("a"))
-        .with_row_index("qid")
-    )
-    right = samples.lazy().select(*SERIES, "ts_ns", "value", "F", "idx")
-    per_instance = (
-        kernels.select("qid", *SERIES, "kernel", "a", "b", "start_ns", "end_ns")
-        .join(_at(kernels, right, "a", exact=True), on="qid")
-        .join(_at(kernels, right, "b", exact=True), on="qid")
-        .join(_at(kernels, right, "start_ns", exact=False), on="qid")
-        .join(_at(kernels, right, "end_ns", exact=False), on="qid")
-        .with_columns(integral=pl.col("F_b") - pl.col("F_a"),
-                      covered=pl.col("b") - pl.col("a"),
-                      samples=pl.col("n_end_ns") - pl.col("n_start_ns"))
-    )
+    group = ["rank", *keys, "counter", "source"]
+    value = pl.col("value")
+    plain = value.mean()
     return (
-        per_instance.group_by(["rank", "kernel", "counter"]).agg(
+        rows.group_by(group).agg(
             kernels=pl.len().cast(pl.Int64), samples=pl.col("samples").sum().cast(pl.Int64),
-            mean=pl.col("integral").sum() / pl.col("covered").sum())
-        .select("rank", "kernel", "counter", pl.lit("gpu_metrics").alias("source"),
-                "kernels", "samples", "mean")
-        .collect()
+            mean=(value * pl.col("weight")).sum() / pl.col("weight").sum(),
+            std=value.std(ddof=0), min=value.min(), max=value.max(),
+            cv=pl.when(plain != 0).then(value.std(ddof=0) / plain.abs()))
+        .sort(group, nulls_last=True)
     )
 
 
-def _at(points: pl.LazyFrame, series: pl.LazyFrame, col: str, *, exact: bool) -> pl.LazyFrame:
-    """Per ``qid``: with ``exact``, ``F_<col>`` = integral of the series from its first
-    sample to ``col``; without, ``n_<col>`` = number of samples before ``col``."""
+def gemm_tensor(per_kernel: pl.DataFrame, gemm: str, tensor: str) -> pl.DataFrame:
+    """nsys2prv's "tensor core usage per GEMM kernel": one row per rank and tensor counter,
+    and source, one column per GEMM kernel name (sorted), value = the kernel's ``mean``."""
     import polars as pl
 
-    joined = points.select("qid", *SERIES, col).sort(col).join_asof(
-        series.sort("ts_ns"), left_on=col, right_on="ts_ns", by=SERIES, strategy="backward",
-        allow_exact_matches=exact, check_sortedness=False,
-    )
-    if exact:
-        value = pl.col("F") + pl.col("value") * (pl.col(col) - pl.col("ts_ns"))
-        return joined.select("qid", value.alias(f"F_{col}"))
-    return joined.select("qid", (pl.col("idx") + 1).fill_null(0).alias(f"n_{col}"))
-
-
-def _cupti(trace: Trace) -> pl.DataFrame:
-    import duckdb
-    import polars as pl
-
-    ranges = (
-        trace.intervals.filter(pl.col("source_category").cast(pl.String) == CUPTI_RANGE)
-        .select("rank", pl.col("name").cast(pl.String), "args")
-        .filter(pl.col("args").is_not_null())
-        .collect()
-    )
-    if ranges.height == 0:
-        return _empty()
-    con = duckdb.connect(":memory:")
-    try:
-        con.register("ranges", ranges.to_arrow())
-        values = pl.from_arrow(con.sql(
-            "SELECT rank, name AS kernel, key AS counter, TRY_CAST(json_extract_string("
-            "args, '$.\"' || replace(key, '\"', '') || '\"') AS DOUBLE) AS value "
-            "FROM (SELECT rank, name, args, unnest(json_keys(args)) AS key FROM ranges)"
-        ).to_arrow_table())
-    finally:
-        con.close()
-    assert isinstance(values, pl.DataFrame)
-    return (
-        values.filter(pl.col("value").is_not_null())
-        .group_by("rank", "kernel", "counter").agg(
-            kernels=pl.len().cast(pl.Int64), samples=pl.len().cast(pl.Int64),
-            mean=pl.col("value").mean())
-        .select(pl.col("rank").cast(pl.Int32), "kernel", "counter",
-                pl.lit("cupti_range").alias("source"), "kernels", "samples", "mean")
-    )
-
-
-def _empty() -> pl.DataFrame:
-    import polars as pl
-
-    return pl.DataFrame(schema={"rank": pl.Int32, "kernel": pl.String, "counter": pl.String,
-                                "source": pl.String, "kernels": pl.Int64,
-                                "samples": pl.Int64, "mean": pl.Float64})
+    picked = per_kernel.filter(pl.col("kernel").str.contains(gemm)
+                               & pl.col("counter").str.contains(tensor))
+    if picked.height == 0:
+        return pl.DataFrame(schema={"rank": pl.Int32, "counter": pl.String, "source": pl.String})
+    kernels = sorted(set(picked["kernel"].to_list()))
+    wide = picked.pivot(on="kernel", index=["rank", "counter", "source"], values="mean",
+                        aggregate_function="first").sort("rank", "counter", "source")
+    return wide.select("rank", "counter", "source", *kernels)
 
 
 def _bound(metrics: pl.DataFrame, params: Mapping[str, Any]) -> pl.DataFrame:
