@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     import polars as pl
 
     from traceatlas.analysis.base import Result
+    from traceatlas.engine.base import Engine
     from traceatlas.model.trace import Trace
 
 POP_THRESHOLD = 0.8
@@ -82,6 +83,8 @@ class Context:
     parents: dict[str, str | None] = field(default_factory=dict, repr=False)
     """Efficiency metric -> its parent in the efficiency tree (filled with ``efficiency``)."""
     _span: tuple[int, int] | None = field(default=None, repr=False)
+    engine: Engine | None = field(default=None, repr=False)
+    """Runs the analyses declared per rank in rank batches (``analysis.partitioned``)."""
 
     def result(self, name: str, **params: Any) -> Result | None:
         """The analysis ``name`` run with ``params``, or None when the trace lacks its
@@ -94,7 +97,8 @@ class Context:
                 self._results[key] = None
             else:
                 try:
-                    self._results[key] = registry.run(name, self.trace, params)
+                    self._results[key] = registry.run(name, self.trace, params,
+                                                      engine=self.engine)
                 except MissingDataError as err:
                     why = str(err).split(". Analyses that apply", 1)[0]
                     why = why if why.startswith(name) else f"{name}: {why}"

@@ -96,7 +96,8 @@ def analysis_engine(spec: str) -> Engine:
     batches as Dask tasks (the same engine ingests)."""
     if spec == "local":
         return LocalEngine(max_workers=1)
-    if spec != "dask" and "://" not in spec and not re.fullmatch(r"dask:[1-9][0-9]*", spec):
+    if (spec != "dask" and "://" not in spec and not spec.startswith("scheduler-file:")
+            and not re.fullmatch(r"dask:[1-9][0-9]*", spec)):
         raise InputError("--engine", f"unknown engine {spec[:40]!r}: use local, dask, "
                          "dask:N or a scheduler address (tcp://host:port)")
     return get_engine(spec)

@@ -33,8 +33,9 @@ EXIT_BAD_INPUT = 2
 EngineOpt = Annotated[
     str,
     typer.Option("--engine", envvar="TRACEATLAS_ENGINE",
-                 help="local (default), dask[:N] (LocalCluster of N workers) or "
-                 "tcp://scheduler:8786; default from TRACEATLAS_ENGINE"),
+                 help="local (default), dask[:N] (LocalCluster of N workers), "
+                 "tcp://scheduler:8786 or scheduler-file:PATH; default from "
+                 "TRACEATLAS_ENGINE"),
 ]
 FORMATS = ("table", "json", "csv")
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table | json | csv")]

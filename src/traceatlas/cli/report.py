@@ -11,7 +11,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -25,16 +25,19 @@ from traceatlas.report import html, terminal
 from traceatlas.store.cache import cache_root
 from traceatlas.tempfiles import replaceable_file, staging_prefix, write_text_atomic
 
+if TYPE_CHECKING:  # the engine package starts process pools: imported when a run needs it
+    from traceatlas.engine.base import Engine
+
 REPO_SAMPLE = Path(traceatlas.__file__).resolve().parents[2] / "examples" / "sample_trace"
 """The sample in a source checkout (``examples/sample_trace``); absent from a wheel."""
 
 
-def _open_run(path: Path, engine: str) -> traceatlas.Trace:
+def _open_run(path: Path, engine: str | Engine) -> traceatlas.Trace:
     with output.progress(f"ingest {path.name}") as bar:
         return traceatlas.open(str(path), engine=engine, progress=bar)
 
 
-def _baseline_summary(path: Path, engine: str) -> dict[str, Any]:
+def _baseline_summary(path: Path, engine: str | Engine) -> dict[str, Any]:
     """The baseline as ``diff`` accepts it: a summary file as is, a trace or a store
     summarised (``InputError`` naming it when it is none of these)."""
     from traceatlas.compare.diff import is_summary_file
@@ -55,9 +58,18 @@ def _report(paths: list[Path], out: Path | None, fmt: str, engine: str,
     if out is not None:  # a regular file may be replaced; a directory, device, input never
         replaceable_file(out, hint="-o names the HTML file to write")
         refuse_inputs(out, paths + ([baseline] if baseline is not None else []))
-    base = None if baseline is None else _baseline_summary(baseline, engine)  # fails first
-    runs = [(str(p), _open_run(p, engine)) for p in paths]
-    data = report_data.build(runs)
+    from traceatlas.cli.analyze import analysis_engine
+    from traceatlas.engine import LocalEngine
+
+    eng = analysis_engine(engine)  # an unknown engine fails before any ingest
+    try:
+        ingest_with: str | Engine = engine if isinstance(eng, LocalEngine) else eng
+        base = (None if baseline is None
+                else _baseline_summary(baseline, ingest_with))  # fails first
+        runs = [(str(p), _open_run(p, ingest_with)) for p in paths]
+        data = report_data.build(runs, engine=eng)  # per-rank analyses in rank batches
+    finally:
+        eng.close()
     if baseline is not None and base is not None:
         from traceatlas.report.baseline import compare
 

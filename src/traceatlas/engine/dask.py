@@ -2,6 +2,13 @@
 ``LocalCluster`` started on demand). Needs the ``[dask]`` extra.
 
 Workers must see the same filesystem as the client: they write store parts directly.
+
+Faults: a task whose worker dies (killed, out of memory) is run again on another worker by
+the scheduler, up to ``distributed.scheduler.allowed-failures`` times (Dask's default 3);
+past that the map raises ``EngineError`` naming the task. A task that raises is run again
+``retries`` more times (default 0: a deterministic error would only repeat); the error
+is raised after. Either way the map returns every item's result or raises: never a
+partial list.
 """
 
 from __future__ import annotations
@@ -17,11 +24,15 @@ R = TypeVar("R")
 
 
 class DaskEngine(Engine):
-    """Connect to ``address`` (``tcp://host:port``), or start a LocalCluster when None."""
+    """Connect to ``address`` (``tcp://host:port``) or to the scheduler a
+    ``scheduler_file`` names (``dask scheduler --scheduler-file PATH``), or start a
+    LocalCluster of ``n_workers`` when neither is given. ``retries``: extra runs of a task
+    that raised (worker deaths are the scheduler's, see the module docstring)."""
 
     name = "dask"
 
-    def __init__(self, address: str | None = None, n_workers: int | None = None) -> None:
+    def __init__(self, address: str | None = None, n_workers: int | None = None,
+                 retries: int = 0, scheduler_file: str | None = None) -> None:
         try:
             from distributed import Client, LocalCluster
         except ImportError as exc:  # pragma: no cover - depends on the install
@@ -29,12 +40,16 @@ class DaskEngine(Engine):
                 "the Dask engine needs dask.distributed: pip install 'traceatlas[dask]'"
             ) from exc
         self._cluster: Any = None
-        if address is None:
+        self.retries = retries
+        self._client: Any
+        if scheduler_file is not None:
+            self._client = Client(scheduler_file=scheduler_file)
+        elif address is None:
             self._cluster = LocalCluster(
                 n_workers=n_workers, threads_per_worker=1, processes=True,
                 dashboard_address=":0",
             )
-            self._client: Any = Client(self._cluster)
+            self._client = Client(self._cluster)
         else:
             self._client = Client(address)
 
@@ -47,15 +62,20 @@ class DaskEngine(Engine):
         self, fn: Callable[[T], R], items: Sequence[T], on_done: OnDone | None = None
     ) -> list[R]:
         """Submit one task per item; gather in input order, raising the first error."""
-        from distributed import as_completed
+        from distributed import KilledWorker, as_completed
 
-        futures = self._client.map(fn, list(items), pure=False)
+        futures = self._client.map(fn, list(items), pure=False, retries=self.retries)
         try:
             for done, fut in enumerate(as_completed(futures), start=1):
                 fut.result()
                 if on_done:
                     on_done(done)
             results: list[R] = self._client.gather(futures)
+        except KilledWorker as exc:
+            self._client.cancel(futures)
+            raise EngineError(
+                f"Dask workers died running task {exc.task!r} (each attempt: out of memory "
+                "or killed); see the worker logs") from exc
         except BaseException:
             self._client.cancel(futures)
             raise

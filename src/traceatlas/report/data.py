@@ -27,6 +27,7 @@ from traceatlas.report.results import Results, Unavailable
 if TYPE_CHECKING:
     import polars as pl
 
+    from traceatlas.engine.base import Engine
     from traceatlas.model.trace import Trace
 
 TOP_FINDINGS = 10
@@ -173,10 +174,10 @@ class ReportData:
 
 
 def build(runs: list[tuple[str, Trace]], *, top_findings: int = TOP_FINDINGS,
-          top_kernels: int = TOP_KERNELS) -> ReportData:
+          top_kernels: int = TOP_KERNELS, engine: Engine | None = None) -> ReportData:
     """The report of ``runs`` (the user's path, opened trace); each analysis runs once
-    per trace."""
-    caches = [Results(trace, name) for name, trace in runs]
+    per trace (those declared per rank in rank batches on ``engine`` when given)."""
+    caches = [Results(trace, name, engine) for name, trace in runs]
     reports = [build_run(name, cache, top_findings=top_findings, top_kernels=top_kernels)
                for (name, _), cache in zip(runs, caches, strict=True)]
     data = ReportData(__version__, reports)

@@ -12,6 +12,7 @@ from traceatlas.errors import TraceAtlasError
 
 if TYPE_CHECKING:
     from traceatlas.analysis.base import Result
+    from traceatlas.engine.base import Engine
     from traceatlas.model.trace import Trace
 
 
@@ -28,13 +29,16 @@ class Results:
 
     ``path`` is the user's path, written into the advisor's suggested commands. The
     advisor's ``Context`` holds the cache, so the findings reuse the analyses the report
-    already ran (and the other way round).
+    already ran (and the other way round). ``engine``: the analyses declared per rank
+    run in rank batches on it (``analysis.partitioned``; identical results), the rest
+    whole in this process.
     """
 
-    def __init__(self, trace: Trace, path: str = "PATH") -> None:
+    def __init__(self, trace: Trace, path: str = "PATH", engine: Engine | None = None
+                 ) -> None:
         self.trace = trace
         self.path = path
-        self.context = Context(trace, path=path)
+        self.context = Context(trace, path=path, engine=engine)
         self._done: dict[tuple[str, tuple[tuple[str, Any], ...]], Result | Unavailable] = {}
 
     def get(self, name: str, params: Mapping[str, Any] | None = None) -> Result:
