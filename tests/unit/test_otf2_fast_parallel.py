@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import otf2  # type: ignore[import-untyped]
 import pyarrow as pa
+import pytest
 from otf2.enums import Base, GroupType, Paradigm, Type  # type: ignore[import-untyped]
 
+from traceatlas.io import otf2 as otf2_reader_module
 from traceatlas.io.otf2 import Otf2Reader
 from traceatlas.io.otf2_parallel import split
 from traceatlas.io.reading import RankData
@@ -67,6 +70,7 @@ def _read(anchor: Path, fast: bool, parallel: bool) -> tuple[list[RankData], lis
     reader = Otf2Reader()
     reader.fast = fast
     reader.parallel_min_events = 0 if parallel else 1 << 62
+    reader.parallel_load_check = False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = reader.read(Source(str(anchor)), threads=2)
@@ -77,9 +81,20 @@ def _canon(table: pa.Table) -> pa.Table:
     return table.sort_by([(c, "ascending") for c in table.column_names])
 
 
-def test_parallel_equals_serial_and_oracle(tmp_path: Path) -> None:
+def test_parallel_equals_serial_and_oracle(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
     anchor = _write(tmp_path / "a")
+    calls: list[int] = []
+    real = otf2_reader_module.read_parallel
+
+    def spy(anchor: str, refs: list[int], sizes: list[int], threads: int) -> Any:
+        parts = real(anchor, refs, sizes, threads)
+        calls.append(len(parts))
+        return parts
+
+    monkeypatch.setattr(otf2_reader_module, "read_parallel", spy)
     par, par_w = _read(anchor, fast=True, parallel=True)
+    assert calls == [2]  # two locations, two workers: one part each
     ser, ser_w = _read(anchor, fast=True, parallel=False)
     old, old_w = _read(anchor, fast=False, parallel=False)
     assert par_w == ser_w == old_w

@@ -34,7 +34,8 @@ from traceatlas.errors import CorruptTraceError, DataQualityWarning, Unsupported
 from traceatlas.io.otf2_events import Collector, LocInfo, enum_name
 from traceatlas.io.otf2_fast import FastResult, build
 from traceatlas.io.otf2_fast import tables as fast_tables
-from traceatlas.io.otf2_parallel import PARALLEL_MIN_EVENTS, read_parallel
+from traceatlas.io.otf2_local import local_part
+from traceatlas.io.otf2_parallel import PARALLEL_MIN_EVENTS, read_parallel, worth_it
 from traceatlas.io.otf2_raw import read_raw
 from traceatlas.io.reading import RankData
 from traceatlas.io.sources import Source
@@ -81,16 +82,19 @@ class Otf2Reader:
     False: always through ``Collector`` (the reference the tests compare against)."""
 
     parallel_min_events = PARALLEL_MIN_EVENTS
-    """Archives with at least this many events are read by ``threads`` worker processes."""
+    """Archives with at least this many events are read by ``threads`` worker processes
+    (when the machine has an idle core: see ``otf2_parallel.worth_it``)."""
+    parallel_load_check = True
 
     def _fast(self, anchor: str, defs: Any, layout: Layout, threads: int) -> FastResult | None:
         refs = [loc._ref for loc in defs.locations]
         sizes = [int(loc.number_of_events) for loc in defs.locations]
-        if threads > 1 and len(refs) > 1 and sum(sizes) >= self.parallel_min_events:
-            raw = read_parallel(anchor, refs, sizes, threads)
+        if threads > 1 and len(refs) > 1 and sum(sizes) >= self.parallel_min_events and (
+                not self.parallel_load_check or worth_it(threads)):
+            parts = read_parallel(anchor, refs, sizes, threads)
         else:
-            raw = read_raw(anchor, defs, refs)
-        fast = build(raw, defs, layout.locations, dict(layout.next_track), refs)
+            parts = [local_part(read_raw(anchor, defs, refs), defs, refs)]
+        fast = build(parts, defs, layout.locations, dict(layout.next_track))
         if fast is not None:
             layout.next_track.clear()
             layout.next_track.update(fast.collector._next_track)

@@ -17,7 +17,6 @@ Metrics are decoded on columns (``otf2_metrics``); instants arrive rendered.
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Any
 
@@ -25,16 +24,8 @@ import numpy as np
 import pyarrow as pa
 
 from traceatlas.io.otf2_events import Collector, LocInfo, _converter, _region_info, enum_name
+from traceatlas.io.otf2_local import LocalPart
 from traceatlas.io.otf2_metrics import counter_columns, counter_table
-from traceatlas.io.otf2_raw import (
-    NB_IRECV_REQUEST,
-    NB_ISEND_COMPLETE,
-    P2P_IRECV,
-    P2P_ISEND,
-    P2P_RECV,
-    P2P_SEND,
-    RawEvents,
-)
 from traceatlas.ops.nesting import nesting_depth, sort_for_nesting
 
 I64 = np.int64
@@ -72,156 +63,73 @@ class FastResult:
         return out
 
 
-class _Loc:
-    """One location's hot arrays (numpy views)."""
-
-    def __init__(self, raw: RawEvents, prev: tuple[int, ...], span: tuple[int, ...],
-                 el: tuple[np.ndarray[Any, Any], ...]) -> None:
-        t, r, pos = el
-        self.t, self.r, self.pos = t[prev[0]:span[0]], r[prev[0]:span[0]], pos[prev[0]:span[0]]
-        self.p2p = _rows(raw.p2p, prev[1], span[1], 8)
-        self.cb = _rows(raw.cb, prev[2], span[2], 2)
-        self.ce = _rows(raw.ce, prev[3], span[3], 7)
-        self.met = _rows(raw.met, prev[4], span[4], 4)
-        self.nb = _rows(raw.nb, prev[5], span[5], 4)
-
-
-def _rows(values: Any, start: int, stop: int, width: int) -> np.ndarray[Any, Any]:
-    return np.frombuffer(values, dtype=I64)[start:stop].reshape(-1, width) if stop > start \
-        else np.zeros((0, width), dtype=I64)
-
-
-def build(raw: RawEvents, defs: Any, locations: dict[int, LocInfo],
-          next_track: dict[int, int], refs: list[int]) -> FastResult | None:
-    """Tables from ``raw``; None when the events need the event-object path."""
-    if raw.unsupported:
+def build(parts: list[LocalPart], defs: Any, locations: dict[int, LocInfo],
+          next_track: dict[int, int]) -> FastResult | None:
+    """Tables from the parts of consecutive runs of locations (in location order); None
+    when the events need the event-object path."""
+    if any(p.fallback for p in parts):
         return None
     offset = int(defs.clock_properties.global_offset)
     collector = Collector(defs, locations, next_track)
     counts: dict[tuple[int, str], int] = {}
     backwards: dict[int, int] = {}
-    el = tuple(np.frombuffer(a, dtype=I64) if len(a) else np.zeros(0, I64)
-               for a in (raw.el_t, raw.el_r, raw.el_pos))
-    rare_by_loc: dict[int, list[tuple[int, int]]] = {}
-    for inst in raw.rare:
-        rare_by_loc.setdefault(inst.ref, []).append((inst.pos, inst.t))
-    met_ref: list[np.ndarray[Any, Any]] = []
+    problems: dict[str, int] = {}
     regions = {r._ref: r for r in defs.regions}
     comms = {c._ref: c for c in defs.comms}
-    frames: list[tuple[np.ndarray[Any, Any], ...]] = []  # per location: ref, start, end,
-    # region (-1: standalone collective), coll row (-1: none)
+    shift, fr, p2ps, colls = 0, [], [], []
+    for part in parts:
+        counts.update(part.counts)
+        backwards.update(part.backwards)
+        fr.append(part.frames)
+        p2ps.append(part.p2p)
+        coll = part.coll.copy()
+        coll[:, 1] = np.where(coll[:, 1] >= 0, coll[:, 1] + shift, -1)
+        colls.append(coll)
+        shift += len(part.frames)
+    never = sum(p.never_completed for p in parts)
+    if never:
+        problems["posted receive never completed"] = never
+    frames = np.concatenate(fr) if fr else np.zeros((0, 4), I64)
+    p2p = np.concatenate(p2ps) if p2ps else np.zeros((0, 9), I64)
+    coll = np.concatenate(colls) if colls else np.zeros((0, 9), I64)
+    # point-to-point: world ranks through the communicators
+    loc_refs = np.asarray(sorted(locations), dtype=I64)
+    rank_of = np.asarray([locations[int(r)].rank for r in loc_refs], dtype=I64)
+    me = rank_of[np.searchsorted(loc_refs, p2p[:, 8])] if len(p2p) else np.zeros(0, I64)
+    peer = _world_all(collector, comms, p2p, me)
+    is_send = p2p[:, 5] == 1
+    cols = np.stack([p2p[:, 0], np.where(is_send, me, peer), np.where(is_send, peer, me),
+                     p2p[:, 2], p2p[:, 3], p2p[:, 4], p2p[:, 6], p2p[:, 7]], axis=1)
+    # collectives: ids per distinct (op, comm, root, sent, received); the last End inside a
+    # frame wins (as in Collector); an End outside an MPI region is a frame of its own
     coll_rows: list[dict[str, Any]] = []
     coll_ids: dict[tuple[int, ...], int] = {}
-    sends: list[np.ndarray[Any, Any]] = []  # per location: t, src, dst, comm, tag, len,
-    # start, end (ticks)
-    recvs: list[np.ndarray[Any, Any]] = []
-    problems: dict[str, int] = {}
-    unclosed = [0, 0]
-    prev: tuple[int, ...] = (0, 0, 0, 0, 0, 0)
-    is_mpi = np.zeros(max(regions, default=0) + 1, dtype=bool)
-    for ref, region in regions.items():
-        is_mpi[ref] = enum_name(region.paradigm) == "MPI"
-    for ref in refs:
-        span = raw.spans.get(ref, prev)
-        loc = _Loc(raw, prev, span, el)
-        prev = span
-        info = locations[ref]
-        rare = rare_by_loc.get(ref, [])
-        # times of every event in stream order: backwards check and the last time
-        pos_all = np.concatenate([loc.pos, loc.p2p[:, 1], loc.cb[:, 1], loc.ce[:, 1],
-                                  loc.met[:, 1], loc.nb[:, 1],
-                                  np.asarray([p for p, _ in rare], dtype=I64)])
-        t_all = np.concatenate([loc.t, loc.p2p[:, 0], loc.cb[:, 0], loc.ce[:, 0],
-                                loc.met[:, 0], loc.nb[:, 0],
-                                np.asarray([t for _, t in rare], dtype=I64)]) - offset
-        met_ref.append(np.full(len(loc.met), ref, dtype=I64))
-        order = np.argsort(pos_all, kind="stable")
-        t_stream = t_all[order]
-        back = int(np.count_nonzero(np.diff(t_stream) < 0))
-        if back:
-            backwards[ref] = back
-        last = int(t_stream[-1]) if len(t_stream) else 0
-        n_enter = int(np.count_nonzero(loc.r >= 0))
-        for kind, n in (("Enter", n_enter), ("Leave", len(loc.r) - n_enter),
-                        ("MpiSend", int(np.count_nonzero(loc.p2p[:, 6] == P2P_SEND))),
-                        ("MpiRecv", int(np.count_nonzero(loc.p2p[:, 6] == P2P_RECV))),
-                        ("MpiIsend", int(np.count_nonzero(loc.p2p[:, 6] == P2P_ISEND))),
-                        ("MpiIrecv", int(np.count_nonzero(loc.p2p[:, 6] == P2P_IRECV))),
-                        ("MpiIsendComplete",
-                         int(np.count_nonzero(loc.nb[:, 3] == NB_ISEND_COMPLETE))),
-                        ("MpiIrecvRequest",
-                         int(np.count_nonzero(loc.nb[:, 3] == NB_IRECV_REQUEST))),
-                        ("MpiCollectiveBegin", len(loc.cb)),
-                        ("MpiCollectiveEnd", len(loc.ce)), ("Metric", len(loc.met))):
-            if n:
-                counts[(ref, kind)] = n
-        if len(pos_all) != raw.read.get(ref, 0):
-            return None  # a record type without a callback here: the event-object path
-        got = _frames(loc, offset, last)
-        if got is None:
-            return None
-        f_start, f_end, f_region, f_open, enc_of = got
-        unclosed[0] += int(f_open.sum())
-        unclosed[1] += int(f_open.any())
-        n_frames = len(f_start)
-        f_coll = np.full(n_frames, -1, dtype=I64)
-        # point-to-point: the enclosing MPI region, else the event time
-        p2p = loc.p2p
-
-        at = functools.partial(_at, enc_of=enc_of, frames=(f_start, f_end, f_region),
-                               is_mpi=is_mpi, offset=offset)
-        if len(p2p) or len(loc.nb):
-            t_ev = p2p[:, 0] - offset
-            start, end = at(p2p)
-            if len(loc.nb) or np.any(p2p[:, 6] >= P2P_ISEND):
-                got_nb = _nonblocking(p2p, loc.nb, start, end, at)
-                if got_nb is None:
-                    return None
-                start, end, never = got_nb
-                if never:
-                    problems["posted receive never completed"] = problems.get(
-                        "posted receive never completed", 0) + never
-            me = info.rank
-            peer = np.asarray([collector._world(comms[int(c)], int(p), ref)
-                               for p, c in zip(p2p[:, 2], p2p[:, 3], strict=True)]
-                              if len(p2p) < 64 else _world_many(collector, comms, p2p, ref),
-                              dtype=I64)
-            is_send = (p2p[:, 6] == P2P_SEND) | (p2p[:, 6] == P2P_ISEND)
-            mine = np.full(len(p2p), me, dtype=I64)
-            cols = np.stack([t_ev, np.where(is_send, mine, peer), np.where(is_send, peer, mine),
-                             p2p[:, 3], p2p[:, 4], p2p[:, 5], start, end], axis=1)
-            sends.append(cols[is_send])
-            recvs.append(cols[~is_send])
-        # collectives: Begin/End must alternate (B E B E ...)
-        cb, ce = loc.cb, loc.ce
-        if len(cb) or len(ce):
-            if len(cb) != len(ce) or np.any(cb[:, 1] > ce[:, 1]) or np.any(
-                    cb[1:, 1] < ce[:-1, 1]):
-                return None
-            frame = enc_of(ce[:, 1])
-            mpi = (frame >= 0) & _mpi_frames(frame, f_region, is_mpi)
-            uniq, inv = np.unique(ce[:, 2:7], axis=0, return_inverse=True)
-            ids = np.asarray([_coll_id(coll_ids, coll_rows, collector, comms, row)
-                              for row in uniq.tolist()], dtype=I64)
-            cid = ids[inv.ravel()]
-            # the last End inside a frame wins (as in Collector)
-            inside = np.flatnonzero(mpi)[::-1]
-            _, first = np.unique(frame[inside], return_index=True)
-            f_coll[frame[inside[first]]] = cid[inside[first]]
-            alone = np.flatnonzero(~mpi)
-            if len(alone):
-                f_start = np.concatenate([f_start, cb[alone, 0] - offset])
-                f_end = np.concatenate([f_end, ce[alone, 0] - offset])
-                f_region = np.concatenate([f_region, -1 - cid[alone]])
-                f_coll = np.concatenate([f_coll, cid[alone]])
-        frames.append((np.full(len(f_start), ref, I64), f_start, f_end, f_region, f_coll))
+    f_coll = np.full(len(frames), -1, dtype=I64)
+    f_ref, f_start, f_end, f_region = (frames[:, k] for k in range(4))
+    if len(coll):
+        uniq, inv = unique_rows(coll[:, 4:9])
+        ids = np.asarray([_coll_id(coll_ids, coll_rows, collector, comms, row)
+                          for row in uniq.tolist()], dtype=I64)
+        cid = ids[inv]
+        frame = coll[:, 1]
+        inside = np.flatnonzero(frame >= 0)[::-1]
+        _, first = np.unique(frame[inside], return_index=True)
+        f_coll[frame[inside[first]]] = cid[inside[first]]
+        alone = np.flatnonzero(frame < 0)
+        if len(alone):
+            f_ref = np.concatenate([f_ref, coll[alone, 0]])
+            f_start = np.concatenate([f_start, coll[alone, 2]])
+            f_end = np.concatenate([f_end, coll[alone, 3]])
+            f_region = np.concatenate([f_region, -1 - cid[alone]])
+            f_coll = np.concatenate([f_coll, cid[alone]])
     # metrics on columns; instants (rendered by otf2_raw) in time order
-    counters = counter_columns(collector, defs, np.concatenate([np.zeros(0, I64), *met_ref]),
-                               _rows(raw.met, 0, len(raw.met), 4), bytes(raw.met_values),
-                               offset)
+    counters = counter_columns(
+        collector, defs, np.concatenate([p.met_ref for p in parts]) if parts else
+        np.zeros(0, I64), np.concatenate([p.met for p in parts]) if parts else
+        np.zeros((0, 4), I64), b"".join(p.met_values for p in parts), offset)
     if counters is None:
         return None
-    for inst in sorted(raw.rare, key=lambda e: e.t):
+    for inst in sorted((i for p in parts for i in p.rare), key=lambda e: e.t):
         collector.add_instant(inst.ref, inst.t - offset, inst.kind, inst.category, inst.args,
                               inst.pid)
         counts[(inst.ref, inst.kind)] = counts.get((inst.ref, inst.kind), 0) + 1
@@ -229,114 +137,67 @@ def build(raw: RawEvents, defs: Any, locations: dict[int, LocInfo],
         problems[what] = problems.get(what, 0) + n
     collector._problems.clear()
     result = FastResult(collector, counts, backwards)
-    result.unclosed = (unclosed[0], unclosed[1])
+    result.unclosed = (sum(p.unclosed[0] for p in parts), sum(p.unclosed[1] for p in parts))
     result.problems = problems
     result.counters = counters
-    result.intervals = _intervals(frames, coll_rows, regions, locations)
-    result.messages, result.unmatched = _messages(sends, recvs, collector, comms)
+    result.intervals = _intervals([(f_ref, f_start, f_end, f_region, f_coll)], coll_rows,
+                                  regions, locations)
+    result.messages, result.unmatched = _messages([cols[is_send]], [cols[~is_send]],
+                                                  collector, comms)
     return result
 
 
-def _at(rows: np.ndarray[Any, Any], enc_of: Any, frames: tuple[np.ndarray[Any, Any], ...],
-        is_mpi: np.ndarray[Any, Any], offset: int
-        ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """(start, end) ticks of the enclosing MPI region of each (t, pos, ...) row, else
-    (t, t): ``Collector._at``."""
-    f_start, f_end, f_region = frames
-    frame = enc_of(rows[:, 1])
-    mpi = (frame >= 0) & _mpi_frames(frame, f_region, is_mpi)
-    t_ev = rows[:, 0] - offset
-    if not len(f_start):  # (a location without any Enter has no frame to index)
-        return t_ev, t_ev
-    return np.where(mpi, f_start[frame], t_ev), np.where(mpi, f_end[frame], t_ev)
+def unique_rows(rows: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any],
+                                                     np.ndarray[Any, Any]]:
+    """(distinct rows, index of each row's distinct row): ``np.unique(axis=0)`` through a
+    lexsort (much faster on many rows of a few int64 columns)."""
+    if not len(rows):
+        return rows[:0], np.zeros(0, I64)
+    order = np.lexsort(rows.T[::-1])
+    srt = rows[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = np.any(srt[1:] != srt[:-1], axis=1)
+    group = np.cumsum(new) - 1
+    inverse = np.empty(len(order), dtype=I64)
+    inverse[order] = group
+    return srt[new], inverse
 
 
-def _pair_previous(a_req: np.ndarray[Any, Any], a_pos: np.ndarray[Any, Any],
-                   b_req: np.ndarray[Any, Any], b_pos: np.ndarray[Any, Any]
-                   ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """For each B event, the A event just before it in stream order among the events of
-    its request id (-1: the one before is a B event, or none), as a dict keyed by request
-    id that A sets and B pops behaves; and, per A, whether it is the last event of its id
-    (still pending at the end)."""
-    req = np.concatenate([a_req, b_req])
-    pos = np.concatenate([a_pos, b_pos])
-    is_a = np.arange(len(req)) < len(a_req)
-    order = np.lexsort((pos, req))
-    s_req, s_a = req[order], is_a[order]
-    prev_same = np.zeros(len(order), dtype=bool)
-    prev_same[1:] = s_req[1:] == s_req[:-1]
-    prev_a = np.zeros(len(order), dtype=bool)
-    prev_a[1:] = s_a[:-1]
-    b_sorted = np.flatnonzero(~s_a)
-    paired = prev_same[b_sorted] & prev_a[b_sorted]
-    match = np.full(len(b_req), -1, dtype=np.int64)
-    b_index = order[b_sorted] - len(a_req)
-    match[b_index[paired]] = order[b_sorted[paired] - 1]
-    last = np.ones(len(order), dtype=bool)
-    last[:-1] = s_req[:-1] != s_req[1:]
-    pending = np.zeros(len(a_req), dtype=bool)
-    a_sorted = np.flatnonzero(s_a)
-    pending[order[a_sorted]] = last[a_sorted]
-    return match, pending
-
-
-def _nonblocking(p2p: np.ndarray[Any, Any], nb: np.ndarray[Any, Any],
-                 start: np.ndarray[Any, Any], end: np.ndarray[Any, Any], at: Any) -> Any:
-    """Send/receive (start, end) with the non-blocking records of one location, as
-    ``Collector`` sets them: an Isend ends with the region of its MpiIsendComplete, an
-    Irecv starts with the region of its MpiIrecvRequest; and the number of requests never
-    completed. None when a completion has no Isend (the event-object path makes it an
-    instant)."""
-    start, end = start.copy(), end.copy()
-    nb_start, nb_end = at(nb) if len(nb) else (np.zeros(0, I64), np.zeros(0, I64))
-    kind = p2p[:, 6]
-    never = 0
-    for p_kind, n_kind in ((P2P_ISEND, NB_ISEND_COMPLETE), (P2P_IRECV, NB_IRECV_REQUEST)):
-        rows = np.flatnonzero(kind == p_kind)
-        marks = np.flatnonzero(nb[:, 3] == n_kind)
-        if p_kind == P2P_ISEND:  # A: Isend, B: its completion
-            match, _ = _pair_previous(p2p[rows, 7], p2p[rows, 1], nb[marks, 2], nb[marks, 1])
-            if np.any(match < 0):
-                return None
-            end[rows[match]] = nb_end[marks]
-        else:  # A: the posted request, B: the Irecv that completes it
-            match, pending = _pair_previous(nb[marks, 2], nb[marks, 1], p2p[rows, 7],
-                                            p2p[rows, 1])
-            ok = match >= 0
-            start[rows[ok]] = nb_start[marks[match[ok]]]
-            never += int(pending.sum())
-    return start, end, never
-
-
-def _world_many(collector: Collector, comms: dict[int, Any], p2p: np.ndarray[Any, Any],
-                ref: int) -> np.ndarray[Any, Any]:
-    """World rank per event through ``Collector._world``, once per (comm, peer)."""
-    codes, inverse = np.unique((p2p[:, 3] << 32) | p2p[:, 2], return_inverse=True)
-    pairs = np.stack([codes >> 32, codes & 0xFFFFFFFF], axis=1)
-    before = collector._problems.get("rank not translated through its communicator", 0)
-    world = np.asarray([collector._world(comms[int(c)], int(p), ref) for c, p in pairs],
-                       dtype=I64)
-    untranslated = collector._problems.get("rank not translated through its communicator",
-                                           0) - before
-    if untranslated:  # the Collector counts one per event
-        bad = np.asarray([collector._world_cache.get((int(c), int(p))) is None
-                          for c, p in pairs])
-        collector._problems["rank not translated through its communicator"] = before + int(
-            bad[inverse.ravel()].sum())
-    out: np.ndarray[Any, Any] = world[inverse.ravel()]
+def _world_all(collector: Collector, comms: dict[int, Any], p2p: np.ndarray[Any, Any],
+               me: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """World rank of each row's peer (``Collector._world``, once per (comm, peer)): the
+    caller itself on COMM_SELF, the comm-local rank (counted as a problem per event) when
+    the communicator cannot translate it."""
+    if not len(p2p):
+        return np.zeros(0, I64)
+    # comm and peer are uint32 in OTF2: one uint64 code per pair (a 1-D unique is fast)
+    packed = (p2p[:, 2].astype(np.uint64) << np.uint64(32)) | p2p[:, 1].astype(np.uint64)
+    codes, inverse = np.unique(packed, return_inverse=True)
+    inverse = np.asarray(inverse).ravel()
+    world = np.empty(len(codes), dtype=I64)
+    kind = np.zeros(len(codes), dtype=I64)  # 0: translated, 1: self, 2: untranslated
+    any_ref = next(iter(collector._locs))
+    pairs = zip((codes >> np.uint64(32)).tolist(), (codes & np.uint64(0xFFFFFFFF)).tolist(),
+                strict=True)
+    for k, (comm, local) in enumerate(pairs):
+        collector._world(comms[comm], local, any_ref)  # fills the cache
+        found = collector._world_cache[(comm, local)]
+        if found is None:
+            world[k], kind[k] = local, 2
+        elif found == -1:
+            world[k], kind[k] = -1, 1
+        else:
+            world[k] = found
+    collector._problems.pop("rank not translated through its communicator", None)
+    untranslated = int(np.count_nonzero(kind[inverse] == 2))
+    if untranslated:
+        collector._problems["rank not translated through its communicator"] = untranslated
+    out: np.ndarray[Any, Any] = np.where(kind[inverse] == 1, me, world[inverse])
     return out
 
 
 _OPS: dict[int, str] = {}
-
-
-def _mpi_frames(frame: np.ndarray[Any, Any], f_region: np.ndarray[Any, Any],
-                is_mpi: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Whether each event's enclosing frame (-1: none) is an MPI region."""
-    out = np.zeros(len(frame), dtype=bool)
-    has = frame >= 0
-    out[has] = is_mpi[f_region[frame[has]]]
-    return out
+"""Collective op code -> its name (lower case)."""
 
 
 def _coll_id(ids: dict[tuple[int, ...], int], rows: list[dict[str, Any]],
@@ -363,60 +224,6 @@ def _op_name(op: int) -> str:
     return found
 
 
-def _frames(loc: _Loc, offset: int, last: int) -> Any:
-    """(start, end, region, open, enclosing) of a location's Enter/Leave stream; None when
-    a Leave does not close the innermost open Enter of the same region."""
-    r, pos = loc.r, loc.pos
-    enter = r >= 0
-    depth = np.cumsum(np.where(enter, 1, -1))
-    if len(depth) and depth.min() < 0:
-        return None
-    level = np.where(enter, depth, depth + 1)
-    order = np.lexsort((pos, level))
-    s_enter, s_level, s_r = enter[order], level[order], r[order]
-    leaves = np.flatnonzero(~s_enter)
-    prev = leaves - 1
-    if len(leaves) and (np.any(prev < 0) or np.any(~s_enter[prev])
-                        or np.any(s_level[prev] != s_level[leaves])
-                        or np.any(s_r[prev] != ~s_r[leaves])):
-        return None
-    enters_sorted = np.flatnonzero(s_enter)
-    nxt = enters_sorted + 1
-    closed = np.zeros(len(enters_sorted), dtype=bool)
-    ok = nxt < len(order)
-    closed[ok] = (~s_enter[nxt[ok]]) & (s_level[nxt[ok]] == s_level[enters_sorted[ok]])
-    t = loc.t - offset
-    idx = order[enters_sorted]  # stream index of each frame's Enter (frames in level order)
-    end = np.full(len(idx), last, dtype=I64)
-    end[closed] = t[order[nxt[closed]]]
-    # frames in stream order of their Enter
-    by_stream = np.argsort(idx, kind="stable")
-    frame_of_sorted = np.empty(len(idx), dtype=I64)
-    frame_of_sorted[by_stream] = np.arange(len(idx))
-    f_start = t[idx][by_stream]
-    f_end = end[by_stream]
-    f_region = r[idx][by_stream]
-    f_open = ~closed[by_stream]
-    span = int(pos.max()) + 2 if len(pos) else 2
-    combo = s_level * span + pos[order]
-
-    def enclosing(points: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        """The innermost open frame at each stream position (-1: none)."""
-        out = np.full(len(points), -1, dtype=I64)
-        if not len(pos):
-            return out
-        i = np.searchsorted(pos, points) - 1
-        lvl = np.where(i >= 0, depth[np.maximum(i, 0)], 0)
-        j = np.searchsorted(combo, lvl * span + points) - 1
-        has = lvl > 0
-        # combo index j is an Enter at level lvl (the open one): its frame
-        rank_in_enters = np.searchsorted(enters_sorted, j[has])
-        out[has] = frame_of_sorted[rank_in_enters]
-        return out
-
-    return f_start, f_end, f_region, f_open, enclosing
-
-
 def _intervals(frames: list[tuple[np.ndarray[Any, Any], ...]], coll_rows: list[dict[str, Any]],
                regions: dict[int, Any],
                locations: dict[int, LocInfo]) -> pa.Table:
@@ -425,17 +232,20 @@ def _intervals(frames: list[tuple[np.ndarray[Any, Any], ...]], coll_rows: list[d
         ref, start, end, region, coll = (np.concatenate(c) for c in zip(*frames, strict=True))
     else:
         ref = start = end = region = coll = np.zeros(0, I64)
-    order = np.lexsort((ref, start))  # the old reader's order is the global Enter order
+    loc_refs = np.asarray(sorted(locations), dtype=I64)
+    infos = [locations[int(r)] for r in loc_refs]
+    # rows grouped by rank (``tables`` slices them), in the old reader's order (the global
+    # Enter order) within a rank
+    row_rank = np.asarray([i.rank for i in infos], dtype=I64)[np.searchsorted(loc_refs, ref)] \
+        if len(ref) else np.zeros(0, I64)
+    order = np.lexsort((ref, start, row_rank))
     ref, start, end, region, coll = ref[order], start[order], end[order], region[order], \
         coll[order]
-    loc_refs = np.asarray(sorted(locations), dtype=I64)
     loc_index = np.searchsorted(loc_refs, ref)
-    infos = [locations[int(r)] for r in loc_refs]
     gpu_loc = np.asarray([i.kind == "gpu_stream" for i in infos], dtype=bool)
     on_gpu = gpu_loc[loc_index] if len(ref) else np.zeros(0, bool)
     # per (region, on_gpu) strings; standalone collectives are region -1 - k
-    codes, inverse = np.unique(region * 2 + on_gpu, return_inverse=True)
-    inverse = inverse.ravel()
+    codes, inverse = _small_unique(region * 2 + on_gpu)
     names, cats, srcs, kinds, argss = [], [], [], [], []
     for reg, gpu in zip((codes >> 1).tolist(), (codes & 1).tolist(), strict=True):
         if reg < 0:
@@ -479,6 +289,24 @@ def _intervals(frames: list[tuple[np.ndarray[Any, Any], ...]], coll_rows: list[d
         "source_category": _take(srcs, inverse), "bytes": nbytes, "collective": coll_op,
         "process_group": comm, "group_ranks": members,
         "memcpy_kind": _take(kinds, inverse), "args": _take(arg_texts, arg_index)})
+
+
+def _small_unique(keys: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any],
+                                                       np.ndarray[Any, Any]]:
+    """``np.unique(keys, return_inverse=True)`` for keys in a small range (region refs):
+    a presence table instead of a sort."""
+    if not len(keys):
+        return keys[:0], np.zeros(0, I64)
+    low = int(keys.min())
+    span = int(keys.max()) - low + 1
+    if span > 4 * len(keys) + 1024:
+        codes, inverse = np.unique(keys, return_inverse=True)
+        return codes, np.asarray(inverse, dtype=I64).ravel()
+    present = np.zeros(span, dtype=bool)
+    present[keys - low] = True
+    codes = np.flatnonzero(present)
+    slot = np.cumsum(present) - 1
+    return codes.astype(I64) + low, slot[keys - low].astype(I64)
 
 
 def _take(values: list[Any], index: np.ndarray[Any, Any]) -> pa.Array:
@@ -625,6 +453,20 @@ def finish_messages(parts: dict[str, Any], to_ns: Any, ranks: set[int]) -> pa.Ta
     })
 
 
+def split_grouped(table: pa.Table, ranks: list[int]) -> dict[int, pa.Table]:
+    """``otf2_events._split`` for rows already grouped by rank: zero-copy slices (no
+    gather of the long text columns); other tables go through ``_split``."""
+    from traceatlas.io.otf2_events import _split
+
+    rank = table.column("rank").to_numpy(zero_copy_only=False)
+    if len(rank) > 1 and np.any(np.diff(rank) < 0):
+        return _split(table, ranks)
+    rest = table.drop_columns(["rank"])
+    lo = np.searchsorted(rank, ranks, side="left").tolist()
+    hi = np.searchsorted(rank, ranks, side="right").tolist()
+    return {r: rest.slice(a, b - a) for r, a, b in zip(ranks, lo, hi, strict=True)}
+
+
 def tables(result: FastResult, resolution: int, base_ns: int, display: str,
            warn: Any) -> dict[int, dict[str, pa.Table]]:
     """Per rank tables, with the old reader's warnings."""
@@ -650,7 +492,7 @@ def tables(result: FastResult, resolution: int, base_ns: int, display: str,
     to_ns = _converter(resolution, base_ns)
     ranks = sorted(collector._next_track)
     assert result.intervals is not None and result.messages is not None
-    intervals = _split(finish_intervals(result.intervals, to_ns), ranks)
+    intervals = split_grouped(finish_intervals(result.intervals, to_ns), ranks)
     counters = _split(counter_table(result.counters, to_ns), ranks)
     instants = _split(collector._instant_table(to_ns), ranks)
     messages = _split(finish_messages(result.messages, to_ns, set(ranks)), ranks)

@@ -1,20 +1,35 @@
 """Reading an OTF2 archive's locations in worker processes (the ingest's ``LocalEngine``).
 
-Each worker reads a run of consecutive locations (``otf2_raw.read_part``: its own
-definitions, raw callbacks into arrays) and returns the arrays; the parent concatenates
-them in location order (``otf2_raw.merge``), so ``otf2_fast.build`` sees exactly what one
-serial pass gives. The engine is the one ingest uses (spawned processes that unwind on
-SIGTERM, a dead worker reported as ``EngineError``); ``threads`` is the share of cores
-the ingest gives this source, so several sources ingested at once do not oversubscribe.
+Each worker reads a run of consecutive locations (``otf2_local.read_part``: its own
+definitions, raw callbacks into arrays, then the per-location pairing on numpy) and returns
+a ``LocalPart``; the parent hands the parts, in location order, to ``otf2_fast.build``,
+which takes one part (the serial pass) or several the same way. The engine is the one
+ingest uses (spawned processes that unwind on SIGTERM, a dead worker reported as
+``EngineError``); ``threads`` is the share of cores the ingest gives this source, so
+several sources ingested at once do not oversubscribe.
 """
 
 from __future__ import annotations
 
-from traceatlas.io.otf2_raw import PartJob, RawEvents, merge, read_part
+import os
+
+from traceatlas.io.otf2_local import LocalPart, PartJob, read_part
 
 PARALLEL_MIN_EVENTS = 2_000_000
-"""Below this many events the serial pass is as fast (worker start-up, ~0.5 s of CPU each
-on this machine, and the pickled arrays' copy): see bench/results_otf2.json."""
+"""Below this many events the serial pass is faster: two workers cost ~1-2 s of CPU more
+(start-up ~0.4 s each, definitions read per part, the parts pickled back); measured in
+bench/results_otf2.json (230 k events: parallel 4x slower; 10 M: no gain on a loaded
+machine)."""
+
+IDLE_CORES = 1.0
+"""Workers only pay when the cores are not already busy: the 1-minute load average must
+leave at least this many cores idle (on a busy machine the parallel read was slower)."""
+
+
+def worth_it(threads: int) -> bool:
+    """Whether reading in ``threads`` workers can gain: an idle core (load average)."""
+    cores = os.cpu_count() or 1
+    return os.getloadavg()[0] <= cores - IDLE_CORES
 
 PARTS_PER_WORKER = 2
 """Runs of locations per worker, for balance when location sizes differ."""
@@ -36,8 +51,9 @@ def split(refs: list[int], sizes: list[int], parts: int) -> list[list[int]]:
 
 
 def read_parallel(anchor: str, refs: list[int], sizes: list[int],
-                  threads: int) -> RawEvents:
-    """Every location's events, read by up to ``threads`` worker processes."""
+                  threads: int) -> list[LocalPart]:
+    """Every location's events, read and paired by up to ``threads`` worker processes;
+    the parts in location order."""
     from traceatlas.engine.local import LocalEngine
 
     runs = split(refs, sizes, threads * PARTS_PER_WORKER)
@@ -46,4 +62,4 @@ def read_parallel(anchor: str, refs: list[int], sizes: list[int],
         parts = engine.map(read_part, [PartJob(anchor, tuple(run)) for run in runs])
     finally:
         engine.close()
-    return merge(parts)
+    return parts

@@ -6,7 +6,7 @@ MpiIrecvRequest, MpiCollectiveBegin/End) and Metric go to arrays (a Metric's val
 their raw 8-byte unions, decoded on columns by ``otf2_metrics``); the other record types
 (instants) are built as the ``otf2`` wheel's event objects and rendered at once into
 picklable rows (``Instant``), so a ``RawEvents`` can come back from a worker process
-(``read_part``). ``UNSUPPORTED`` record types (none now) would make ``read_raw`` report
+(``otf2_local.read_part``). ``UNSUPPORTED`` record types (none now) would make ``read_raw`` report
 ``unsupported`` so that the caller falls back to the event-object reader.
 
 Measured (bench/bench_otf2.py): ~1.2 us per event for the C decoding plus the ctypes
@@ -259,38 +259,3 @@ def read_raw(anchor: str, defs: Any, refs: list[int]) -> RawEvents:
         _otf2.Reader_Close(reader)
     return raw
 
-
-@dataclass(frozen=True)
-class PartJob:
-    """The locations ``refs`` of the archive ``anchor``: what one worker reads."""
-
-    anchor: str
-    refs: tuple[int, ...]
-
-
-def read_part(job: PartJob) -> RawEvents:
-    """``read_raw`` in a worker process (its own definitions: instants are rendered)."""
-    import otf2
-
-    reader = otf2.reader.Reader(job.anchor)
-    try:
-        return read_raw(job.anchor, reader.definitions, list(job.refs))
-    finally:
-        reader.close()
-
-
-def merge(parts: list[RawEvents]) -> RawEvents:
-    """One ``RawEvents`` from parts read over consecutive runs of locations, in order."""
-    out = RawEvents()
-    for part in parts:
-        base = (len(out.el_t), len(out.p2p), len(out.cb), len(out.ce), len(out.met),
-                len(out.nb))
-        for name in ("el_t", "el_r", "el_pos", "p2p", "cb", "ce", "met", "nb"):
-            getattr(out, name).extend(getattr(part, name))
-        out.met_values.extend(part.met_values)
-        out.rare.extend(part.rare)
-        for ref, span in part.spans.items():
-            out.spans[ref] = tuple(a + b for a, b in zip(span, base, strict=True))
-        out.read.update(part.read)
-        out.unsupported = out.unsupported or part.unsupported
-    return out
