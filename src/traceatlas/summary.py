@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from traceatlas.model.schema import CATEGORIES
 from traceatlas.model.trace import Trace
+from traceatlas.model.vocab import CATEGORIES
 
 if TYPE_CHECKING:
     import polars as pl

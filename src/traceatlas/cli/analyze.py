@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from traceatlas import analysis
-from traceatlas.analysis.base import Param
 from traceatlas.cli import output
 from traceatlas.cli.options import (
     EngineOpt,
@@ -21,9 +19,11 @@ from traceatlas.cli.options import (
     _open,
     app,
 )
-from traceatlas.engine import Engine, LocalEngine, get_engine
 from traceatlas.errors import InputError
-from traceatlas.ops.select import parse_rank_spans, parse_window
+
+if TYPE_CHECKING:  # the analyses and their data libraries load when a command runs
+    from traceatlas.analysis.base import Param
+    from traceatlas.engine import Engine
 
 
 @app.command("analyze")
@@ -51,6 +51,10 @@ def analyze_command(
     wide: WideOpt = False,
 ) -> None:
     """Run one analysis; `--format json` prints the main table as a JSON array of rows."""
+    from traceatlas import analysis
+    from traceatlas.engine import LocalEngine
+    from traceatlas.ops.select import parse_rank_spans, parse_window
+
     _check_format(fmt)
     params = dict(_split(p) for p in param or [])
     spec = analysis.get_analysis(name)
@@ -82,6 +86,8 @@ def analyze_command(
 @app.command("analyses")
 def analyses_command() -> None:
     """List the analyses with their parameters and what data they need."""
+    from traceatlas import analysis
+
     rows = []
     for name in sorted(analysis.ANALYSES):
         spec = analysis.get_analysis(name)
@@ -94,6 +100,8 @@ def analysis_engine(spec: str) -> Engine:
     """The engine analyses run on: ``local`` -> rank batches one after the other in this
     process (bounded memory, no process start); ``dask[:N]`` or a scheduler address ->
     batches as Dask tasks (the same engine ingests)."""
+    from traceatlas.engine import LocalEngine, get_engine
+
     if spec == "local":
         return LocalEngine(max_workers=1)
     if (spec != "dask" and "://" not in spec and not spec.startswith("scheduler-file:")

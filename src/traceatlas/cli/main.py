@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import pyarrow as pa
 import typer
 
 import traceatlas
@@ -154,10 +153,13 @@ def main() -> None:
     from traceatlas import signals
 
     # The CLI process is ours: the system allocator gives Arrow memory back at once,
-    # which keeps ingest's peak memory lower (see bench/RESULTS.md).
+    # which keeps ingest's peak memory lower (see bench/RESULTS.md). Arrow reads the
+    # variable when it makes its default pool, so it is not imported here (start-up).
     if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
         os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "system"  # inherited by worker processes
-        pa.set_memory_pool(pa.system_memory_pool())
+        pa = sys.modules.get("pyarrow")
+        if pa is not None:  # imported already (e.g. main() called in-process by a test)
+            pa.set_memory_pool(pa.system_memory_pool())
     signals.install()
     try:
         app()

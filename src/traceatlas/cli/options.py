@@ -11,14 +11,16 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 import traceatlas
 from traceatlas.cli import output
-from traceatlas.engine.base import Engine
 from traceatlas.errors import InputError, QueryError, StoreError, TraceAtlasError
+
+if TYPE_CHECKING:  # the engine package starts process pools: not imported at start-up
+    from traceatlas.engine.base import Engine
 
 app = typer.Typer(
     add_completion=False,

@@ -27,7 +27,6 @@ from rich.text import Text
 
 from traceatlas.cli import tables
 from traceatlas.literal import literal
-from traceatlas.names import display_name
 
 if TYPE_CHECKING:
     import polars as pl
@@ -243,6 +242,8 @@ def humanize(frame: pl.DataFrame, *, names: bool = True) -> pl.DataFrame:
     terminal tables only; timestamps stay integer epoch ns. Float ``*_ns`` durations are
     rounded to int ns first. ``names``: False keeps names whole (``--wide``)."""
     import polars as pl
+
+    from traceatlas.names import display_name  # the demangler's library: not at start-up
 
     cols = [c for c, t in frame.schema.items()
             if c.endswith("_ns") and not is_timestamp(c) and (t.is_integer() or t.is_float())]

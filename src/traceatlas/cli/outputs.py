@@ -8,8 +8,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from traceatlas.errors import InputError, TraceAtlasError
-from traceatlas.io.sources import resolve_inputs
-from traceatlas.store.manifest import is_store
 
 
 def _inside(path: str, directory: str) -> bool:
@@ -20,6 +18,9 @@ def refuse_inputs(out: Path, inputs: Sequence[Path], *, directory: bool = False)
     """InputError when writing ``out`` would replace one of the trace files ``inputs``
     stand for, or write into an input store. ``directory``: ``out`` is a directory of
     files (``export --split-ranks``), refused when it holds an input file."""
+    from traceatlas.io.sources import resolve_inputs  # here: the CLI starts without them
+    from traceatlas.store.manifest import is_store
+
     target = os.path.realpath(out)
     files: list[str] = []
     for item in inputs:

@@ -20,9 +20,6 @@ from traceatlas.cli import output
 from traceatlas.cli.options import EngineOpt, _check_format, _guard, app, writing
 from traceatlas.cli.outputs import refuse_inputs
 from traceatlas.errors import InputError
-from traceatlas.report import data as report_data
-from traceatlas.report import html, terminal
-from traceatlas.store.cache import cache_root
 from traceatlas.tempfiles import replaceable_file, staging_prefix, write_text_atomic
 
 if TYPE_CHECKING:  # the engine package starts process pools: imported when a run needs it
@@ -52,6 +49,9 @@ def _baseline_summary(path: Path, engine: str | Engine) -> dict[str, Any]:
 
 def _report(paths: list[Path], out: Path | None, fmt: str, engine: str,
             baseline: Path | None = None) -> None:
+    from traceatlas.report import data as report_data  # here: the CLI starts without them
+    from traceatlas.report import html, terminal
+
     if baseline is not None and len(paths) != 1:
         raise InputError("--baseline", f"compares one run with its baseline; got {len(paths)} "
                          "runs")
@@ -128,6 +128,7 @@ def demo_sample() -> tuple[Path, str]:
     ``examples/sample_trace``, else a copy generated once into the cache directory
     (``cache_root()/sample-<version>/sample_trace``), where it stays so that the commands
     the report suggests keep working after the demo exits."""
+    from traceatlas.store.cache import cache_root
     from traceatlas.testing.sample import WORLD, write_sample
 
     if (REPO_SAMPLE / "rank-0.json.gz").is_file():

@@ -15,9 +15,7 @@ from traceatlas.cli.options import EngineOpt, _guard, _open, app, writing
 from traceatlas.cli.outputs import refuse_inputs
 from traceatlas.errors import InputError
 from traceatlas.export.registry import EXPORTERS, export_params, get_exporter
-from traceatlas.model.schema import CATEGORIES
-from traceatlas.model.trace import Trace
-from traceatlas.ops.filter_store import filter_store
+from traceatlas.model.vocab import CATEGORIES
 from traceatlas.ops.select import (
     DURATION_HELP,
     PSEUDO_CATEGORIES,
@@ -113,6 +111,9 @@ def filter_command(
     engine: EngineOpt = "local",
 ) -> None:
     """Write a smaller store (see FILTER_HELP)."""
+    from traceatlas.model.trace import Trace  # here: the CLI starts without Arrow
+    from traceatlas.ops.filter_store import filter_store
+
     spec: dict[str, Any] = {k: v for k, v in (
         ("category", category), ("name", name), ("min_dur", min_dur), ("ranks", ranks),
         ("window", window), ("step", step)) if v is not None}

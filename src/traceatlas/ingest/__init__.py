@@ -9,22 +9,17 @@ import warnings
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traceatlas import errors, tempfiles
 from traceatlas._version import __version__
-from traceatlas.engine.base import Engine
-from traceatlas.engine.select import get_engine
-from traceatlas.ingest.align import POLICIES, RankClock
-from traceatlas.ingest.align import align as align_store
-from traceatlas.ingest.partition import STAGING, PartitionJob, PartitionResult, ingest_partition
-from traceatlas.ingest.partition import unstage as _unstage
-from traceatlas.ingest.ranks import assign_ranks
-from traceatlas.io.sources import Source, resolve_inputs
-from traceatlas.model.schema import TABLES
-from traceatlas.store.layout import SCHEMA_VERSION
-from traceatlas.store.manifest import write_manifest
-from traceatlas.store.writer import atomic_directory
+
+# The workers (readers, Arrow, NumPy) and the engines are imported when ingest runs, not
+# with the package: ``import traceatlas`` (and the CLI's start-up) stays light.
+if TYPE_CHECKING:
+    from traceatlas.engine.base import Engine
+    from traceatlas.ingest.partition import PartitionResult
+    from traceatlas.io.sources import Source
 
 Progress = Callable[[int, int], None]
 """Called with (partitions done, partitions total)."""
@@ -46,6 +41,8 @@ def ingest(
     ``align`` is the clock alignment policy (``auto``, ``events``, ``start``; see
     ``traceatlas.ingest.align``). Returns the store path.
     """
+    from traceatlas.io.sources import resolve_inputs
+
     if isinstance(inputs, str | os.PathLike):
         inputs = [inputs]
     return ingest_sources(
@@ -66,6 +63,15 @@ def ingest_sources(
     Staging files that dead traceatlas processes left in ``$TMPDIR`` are swept first;
     the manifest, written last, records every part (``traceatlas.store.parts``).
     """
+    from traceatlas.engine.base import Engine
+    from traceatlas.engine.select import get_engine
+    from traceatlas.ingest.align import POLICIES
+    from traceatlas.ingest.partition import STAGING, PartitionJob, ingest_partition
+    from traceatlas.ingest.partition import unstage as _unstage
+    from traceatlas.ingest.ranks import assign_ranks
+    from traceatlas.store.manifest import write_manifest
+    from traceatlas.store.writer import atomic_directory
+
     if align not in POLICIES:
         raise errors.InputError("--align", f"unknown policy {align!r} (choose from "
                                 f"{', '.join(POLICIES)})")
@@ -106,6 +112,9 @@ def _align_clocks(
     store: Path, results: list[PartitionResult], ranks: dict[tuple[int, int], int], policy: str
 ) -> dict[int, dict[str, Any]]:
     """Align ranks' clocks in ``store``; rank -> clock record for the manifest."""
+    from traceatlas.ingest.align import RankClock
+    from traceatlas.ingest.align import align as align_store
+
     clocks = [
         RankClock(
             rank=ranks[r.key],
@@ -129,6 +138,9 @@ def _manifest(
     clocks: dict[int, dict[str, Any]],
     policy: str,
 ) -> dict[str, Any]:
+    from traceatlas.model.schema import TABLES
+    from traceatlas.store.layout import SCHEMA_VERSION
+
     formats = sorted({r.source_format for r in results})
     ordered = sorted(results, key=lambda r: ranks[r.key])
     return {

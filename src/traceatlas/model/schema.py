@@ -11,6 +11,11 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+# The categories are plain data in their own module (no Arrow: the CLI's help lists them
+# without this one); re-exported here.
+from traceatlas.model.vocab import CATEGORIES as CATEGORIES
+from traceatlas.model.vocab import DEVICE_CATEGORIES as DEVICE_CATEGORIES
+
 DICT_STR = pa.dictionary(pa.int32(), pa.string())
 
 
@@ -174,34 +179,6 @@ METADATA = Table(
 TABLES: dict[str, Table] = {
     t.name: t for t in (TRACKS, INTERVALS, INSTANTS, COUNTERS, MESSAGES, FLOWS, METADATA)
 }
-
-CATEGORIES: tuple[str, ...] = (
-    "cpu_op",
-    "annotation",
-    "gpu_annotation",
-    "runtime",
-    "driver",
-    "kernel",
-    "comm_kernel",
-    "memcpy",
-    "memset",
-    "sync",
-    "mpi",
-    "nvtx",
-    "osrt",
-    "openmp",
-    "region",
-    "state",
-    "step",
-    "python",
-    "other",
-)
-"""Canonical interval categories."""
-
-DEVICE_CATEGORIES: frozenset[str] = frozenset(
-    {"kernel", "comm_kernel", "memcpy", "memset", "gpu_annotation"}
-)
-"""Categories of activity that runs on a device rather than a host thread."""
 
 
 

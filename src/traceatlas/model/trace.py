@@ -6,15 +6,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import duckdb
-
-from traceatlas.model import sandbox
-from traceatlas.model.schema import TABLES, empty_table
+from traceatlas.model.vocab import TABLE_NAMES
 from traceatlas.store.layout import table_parts
 from traceatlas.store.manifest import read_manifest
 from traceatlas.store.parts import verify_store
 
-if TYPE_CHECKING:  # polars is imported on first use: commands that only ingest skip it
+if TYPE_CHECKING:  # polars and DuckDB are imported on first use: commands that only
+    # ingest, or only count rows (``info``), skip them
+    import duckdb
     import polars as pl
 
     from traceatlas.ops.select import Selection
@@ -32,6 +31,8 @@ def scan_parts(store: Path, table: str, ranks: frozenset[int] | None = None
     if ranks is not None:
         parts = [p for p in parts if int(p.parent.name.partition("=")[2]) in ranks]
     if not parts:
+        from traceatlas.model.schema import empty_table  # Arrow: only when there is no part
+
         return pl.from_arrow(empty_table(table)).lazy()  # type: ignore[union-attr]
     return pl.scan_parquet(parts, hive_partitioning=False, glob=False)
 
@@ -96,8 +97,8 @@ class Trace:
 
     def scan(self, table: str) -> pl.LazyFrame:
         """A lazy frame over every rank of ``table``."""
-        if table not in TABLES:
-            raise KeyError(f"unknown table {table!r}; tables: {', '.join(sorted(TABLES))}")
+        if table not in TABLE_NAMES:
+            raise KeyError(f"unknown table {table!r}; tables: {', '.join(sorted(TABLE_NAMES))}")
         kept = None  # the parts of the selected ranks only (messages: either side's part)
         if table != "messages":
             for sel in self.selections:
@@ -149,7 +150,9 @@ class Trace:
         only): it reads the store's parts and no other file unless ``allow_files``.
         ``memory_limit`` (``"2GB"``), ``timeout_s`` (seconds per statement): see
         ``traceatlas.model.sandbox``. User SQL goes through ``sql`` (read-only)."""
-        tables = ({name: self.scan(name).collect().to_arrow() for name in TABLES}
+        from traceatlas.model import sandbox
+
+        tables = ({name: self.scan(name).collect().to_arrow() for name in TABLE_NAMES}
                   if self.selections else None)
         return sandbox.connect(self.path, tables=tables, allow_files=allow_files,
                                memory_limit=memory_limit, timeout_s=timeout_s)
@@ -160,6 +163,8 @@ class Trace:
         a Polars frame. Sandboxed: no file outside the store is read (unless
         ``allow_files``) and none is written; refusals raise ``QueryError``."""
         import polars as pl
+
+        from traceatlas.model import sandbox
 
         con = self.connect(allow_files=allow_files, memory_limit=memory_limit,
                            timeout_s=timeout_s)

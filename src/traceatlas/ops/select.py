@@ -57,7 +57,7 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.errors import DataQualityWarning, InputError
-from traceatlas.model.schema import CATEGORIES
+from traceatlas.model.vocab import CATEGORIES
 
 if TYPE_CHECKING:
     import polars as pl

@@ -21,13 +21,14 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
-
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from traceatlas.errors import StoreDamagedError, StoreError
-from traceatlas.model.schema import TABLES
+from traceatlas.model.vocab import TABLE_NAMES
 from traceatlas.store.layout import MANIFEST
+
+if TYPE_CHECKING:  # imported where footers are read: opening an unchanged store skips it
+    import pyarrow.parquet as pq
 
 _CHUNK = 1 << 20
 HASH_BYTES = 16
@@ -60,9 +61,11 @@ def record_parts(store: Path) -> list[dict[str, Any]]:
 
 def _record(store: Path, rel: str) -> dict[str, Any]:
     path = store / rel
+    import pyarrow.parquet as pq
+
     table = rel.split("/", 1)[0]
     meta = pq.read_metadata(path)
-    if table in TABLES and not _schema_ok(meta, table):
+    if table in TABLE_NAMES and not _schema_ok(meta, table):
         raise StoreError(f"{path}: written with a schema other than the canonical {table} "
                          "schema (a traceatlas bug)")
     st = path.stat()
@@ -113,6 +116,8 @@ def _check_part(store: Path, rec: dict[str, Any], deep: bool) -> Damage | None:
     if st.st_size != rec["bytes"]:
         return Damage(rel, f"has {st.st_size:,} bytes, the manifest says {rec['bytes']:,}")
     if st.st_mtime_ns != rec.get("mtime_ns") or deep:
+        import pyarrow.parquet as pq
+
         try:
             meta = pq.read_metadata(path)
         except (OSError, ValueError) as exc:
@@ -120,7 +125,7 @@ def _check_part(store: Path, rec: dict[str, Any], deep: bool) -> Damage | None:
         if meta.num_rows != rec["rows"]:
             return Damage(rel, f"has {meta.num_rows:,} rows, the manifest says {rec['rows']:,}")
         table = rel.split("/", 1)[0]
-        if table in TABLES and not _schema_ok(meta, table):
+        if table in TABLE_NAMES and not _schema_ok(meta, table):
             return Damage(rel, f"does not have the {table} table's schema")
     # a part rewritten since the store recorded it: same size and footer are not enough
     changed = st.st_mtime_ns != rec.get("mtime_ns")
@@ -130,6 +135,8 @@ def _check_part(store: Path, rec: dict[str, Any], deep: bool) -> Damage | None:
 
 
 def _schema_ok(meta: pq.FileMetaData, table: str) -> bool:
+    from traceatlas.model.schema import TABLES  # Arrow: imported with the footer reader
+
     try:
         schema = meta.schema.to_arrow_schema()
     except Exception:  # any undecodable schema is a mismatch
@@ -147,7 +154,7 @@ def _valid_record(rec: object) -> bool:
 
 def _is_data(rel: str) -> bool:
     """A file that a reader of the store could pick up."""
-    return rel.split("/", 1)[0] in TABLES or rel.endswith(".parquet")
+    return rel.split("/", 1)[0] in TABLE_NAMES or rel.endswith(".parquet")
 
 
 def _files(store: Path) -> set[str]:
