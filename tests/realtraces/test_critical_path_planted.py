@@ -89,3 +89,19 @@ def test_healthy_no_rank_dominates(traces_dir: Path) -> None:
         last += res.extra["by_rank"].sort("rank")["arrivals_last_all"].to_numpy()
     assert last.sum() > 0
     assert last.min() >= last.sum() / 4
+
+
+def test_dataload_handoff_reaches_data_loading(traces_dir: Path) -> None:
+    """PLANTED.md: the DataLoader takes 25 ms per batch on the main thread. The backward
+    pass runs on the autograd thread; with the main -> autograd hand-off the step's path
+    goes back through the forward pass to the loading (before it, the autograd thread's
+    first work hung off the step start: ~32 ms of "(untraced)" and no data_load)."""
+    trace = traceatlas.open(traces_dir / "h100-planted" / "dataload")
+    for step in (3, 6):
+        res = analysis.run("critical_path", trace.select(step=step))
+        by = dict(res.extra["by_bound"].select("bound", "ns").iter_rows())
+        assert 25_000_000 * 0.95 <= by["data_load"] <= 25_000_000 * 1.25
+        untraced = res.table.filter(pl.col("name") == "(untraced)")["on_path_ns"]
+        assert int(untraced.max()) < 1_000_000  # type: ignore[arg-type]
+        assert dict(res.extra["dependencies"].iter_rows())["handoffs"] > 0
+        assert res.table["on_path_ns"].sum() == sum(by.values())

@@ -121,6 +121,7 @@ def build(trace: Trace, r0: int | None, r1: int | None) -> tuple[Graph, dict[str
 
     from traceatlas.ops import critical_graph as cg
     from traceatlas.ops import critical_ranks as cr
+    from traceatlas.ops.critical_handoff import handoff_edges
     from traceatlas.ops.critical_host_coll import host_collectives
     from traceatlas.ops.critical_syncs import sync_edges
 
@@ -138,14 +139,29 @@ def build(trace: Trace, r0: int | None, r1: int | None) -> tuple[Graph, dict[str
     cg.add_durations(b, matched)
     n_mpi = cr.mpi_collectives(b)
     host = host_collectives(b, _unselected(trace), lo, hi)
+    n_handoff = handoff_edges(b, _fwdbwd(trace))
     n_msg = cr.message_edges(b, msgs)
     g = b.finish(lo, hi)
     k = g.edges["kind"]
     out = {"launch": int((k == cg.K["launch"]).sum()),
            "stream": int((k == cg.K["stream"]).sum()),
            **counts, "nccl_collectives": n_nccl, "mpi_collectives": n_mpi,
-           **host, "messages": n_msg}
+           **host, "handoffs": n_handoff, "messages": n_msg}
     return g, out
+
+
+def _fwdbwd(trace: Trace) -> pl.DataFrame:
+    """The ``fwdbwd`` flows (rank, name, src_track_id, dst_track_id); empty when the
+    store has no flows table."""
+    import polars as pl
+
+    from traceatlas.errors import StoreError
+
+    try:
+        return (trace.flows.filter(pl.col("name").cast(pl.String) == "fwdbwd")
+                .select("rank", "name", "src_track_id", "dst_track_id").collect())
+    except (StoreError, pl.exceptions.PolarsError):
+        return pl.DataFrame()
 
 
 def _unselected(trace: Trace) -> pl.LazyFrame:

@@ -42,14 +42,16 @@ BOUNDS: tuple[str, ...] = ("cpu", "gpu_compute", "gpu_comm", "launch", "kernel_g
 B = {name: i for i, name in enumerate(BOUNDS)}
 KINDS: tuple[str, ...] = ("source", "chain", "duration", "stream", "launch", "sync_stream",
                           "sync_context", "sync_event", "sync_copy", "stream_wait_event",
-                          "collective", "message", "wakeup")
+                          "collective", "message", "wakeup", "handoff")
 """Edge kinds (index = code); ``dependencies`` counts edges per kind. ``wakeup``: a host
 collective's work releasing a thread of its rank that waited untraced
-(``ops/critical_host_coll.py``)."""
+(``ops/critical_host_coll.py``). ``handoff``: the main thread handing the backward pass to
+the autograd thread and back (``ops/critical_handoff.py``)."""
 K = {name: i for i, name in enumerate(KINDS)}
 PRIORITY = {K["duration"]: 10, K["collective"]: 9, K["chain"]: 8, K["stream"]: 7,
             K["sync_stream"]: 5, K["sync_context"]: 5, K["sync_event"]: 5, K["sync_copy"]: 5,
-            K["stream_wait_event"]: 5, K["wakeup"]: 5, K["message"]: 4, K["launch"]: 3,
+            K["stream_wait_event"]: 5, K["wakeup"]: 5, K["handoff"]: 5, K["message"]: 4,
+            K["launch"]: 3,
             K["source"]: 0}
 """Tie-break between predecessors arriving at the same time (higher wins). A blocking
 MPI collective's end is reached both by its own chain and by the instance node; for the
@@ -123,6 +125,8 @@ class Builder:
         self.edges = Edges()
         self.start_node = np.full(n, -1, np.int64)
         self.end_node = np.full(n, -1, np.int64)
+        self.host: tuple[I64, I64, I64, I64] | None = None
+        """Host chain points (node ids, rank, track_id, t_ns), in chain order."""
         self.blocking: list[I64] = []
         """Host nodes released by a cross edge (their chain edge in gets wmin 0)."""
 
@@ -228,8 +232,11 @@ def host_chains(b: Builder, extra: pl.DataFrame) -> None:
     p_eid = np.concatenate([eid, eid, np.full(nx, -1)]).astype(np.int64)
     p_dl = np.concatenate([np.where(dl, 1, 0), np.where(dl, -1, 0),
                            np.zeros(nx, np.int64)]).astype(np.int64)
-    order = np.lexsort((p_sub, p_cls, p_t, p_track, p_rank))
+    # one lexsort on 3 keys: (rank, track) packed, time, (class, depth) packed; the
+    # same order as lexsort((p_sub, p_cls, p_t, p_track, p_rank))
+    order = np.lexsort((_pack(p_cls, p_sub), p_t, _pack(p_rank, p_track)))
     ids = b.nodes(p_t[order], p_rank[order], p_track[order])
+    b.host = (ids, p_rank[order], p_track[order], p_t[order])
     pos = np.empty(len(order), np.int64)
     pos[order] = np.arange(len(order))
     b.start_node[eid] = ids[pos[:m]]
@@ -265,6 +272,20 @@ def host_chains(b: Builder, extra: pl.DataFrame) -> None:
                      np.where(own_mpi, B["comm"],
                               np.where(own_sync, B["sync"], B["cpu"]))).astype(np.int64)
     b.edges.add(src, dst, gap, "chain", bound, own)
+
+
+def _pack(hi: I64, lo: I64) -> I64:
+    """One int64 key ordering as (hi, lo) does (``lo`` shifted to start at 0); falls
+    back to a rank of the pairs when the ranges do not fit in 62 bits."""
+    if not len(hi):
+        return hi
+    lo0 = lo - lo.min()
+    span_lo = int(lo0.max()) + 1
+    hi0 = hi - hi.min()
+    if (int(hi0.max()) + 1) * span_lo < (1 << 62):
+        return np.asarray(hi0 * span_lo + lo0, np.int64)
+    _, inv = np.unique(np.stack([hi, lo], axis=1), axis=0, return_inverse=True)
+    return np.asarray(inv.ravel(), np.int64)
 
 
 def _ffill_extra(owner: I64, same: npt.NDArray[np.bool_]) -> I64:

@@ -161,7 +161,9 @@ def _wakeups(b: Builder, work: pl.DataFrame, t: I64, c_src: I64, c_dst: I64,
                         "s_track": enq_ev["track_id"].cast(pl.Int64),
                         "t_s": enq_ev["end_ns"]})
     # a record opening its thread's chain: its idle stretch runs from the region start
-    first = np.setdiff1d(q_work, c_dst)
+    has_in = np.zeros(len(t), bool)
+    has_in[c_dst] = True
+    first = np.unique(q_work[~has_in[q_work]])  # = setdiff1d(q_work, c_dst), no sort of c_dst
     lead = pl.DataFrame({"p": np.full(len(first), -1, np.int64), "q": first,
                          "owner": np.full(len(first), -1, np.int64),
                          "rank": rank_of[first], "track": track_of[first],
