@@ -103,7 +103,7 @@ def test_every_partitioned_analysis_on_256_ranks(mpi256: traceatlas.Trace) -> No
             checked.append((name, params))
     assert ("profile", {"by": "rank"}) in checked
     assert {"profile", "load_imbalance", "comm_matrix", "comm_by_rank",
-            "message_histogram"} <= {n for n, _ in checked}
+            "message_histogram", "comm_over_time"} <= {n for n, _ in checked}
 
 
 def _param_sets(name: str) -> list[dict[str, str]]:
@@ -112,7 +112,8 @@ def _param_sets(name: str) -> list[dict[str, str]]:
             "kernels": [{"by": "rank"}],
             "load_imbalance": [{}, {"metric": "inclusive", "num_ranks": "3",
                                     "all_ranks": "true"}],
-            "message_histogram": [{}, {"scale": "log", "bins": "7"}]}.get(name, [{}])
+            "message_histogram": [{}, {"scale": "log", "bins": "7"}],
+            "comm_over_time": [{}, {"bins": "11", "by": "recv"}]}.get(name, [{}])
 
 
 def test_registry_run_with_engine_process_pool(mpi256: traceatlas.Trace) -> None:

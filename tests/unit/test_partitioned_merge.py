@@ -66,6 +66,7 @@ def _sorted(frame: pl.DataFrame) -> pl.DataFrame:
 
 @pytest.mark.parametrize("name,params", [
     ("comm_matrix", {}), ("comm_by_rank", {}), ("message_histogram", {"bins": "9"}),
+    ("comm_over_time", {"bins": "13", "by": "recv"}),
     ("profile", {"by": "name", "all_ranks": "true"}),
     ("load_imbalance", {"num_ranks": "4", "all_ranks": "true"}),
 ])

@@ -19,12 +19,15 @@ event's own timestamp (inside the MPI call) where we use the call's start (send)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import MAX_BINS, Param, Result
+from traceatlas.analysis.partitioned import summed_notes
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from traceatlas.model.trace import Trace
 
 DEFAULT_BINS = 50
@@ -47,42 +50,94 @@ class CommOverTime:
     )
     requires = ("messages",)
 
-    def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
-        """One row per bin: edges (ns), message count and bytes."""
+    partition = "message"
+    """Each message counted by the batch whose part stores it (``analysis.partitioned``):
+    a first pass finds the span over all batches (``prepare``), then each batch counts
+    its messages per bin (``partial``) and the merge adds the bins up."""
+
+    def prepare(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """A batch's span: one row ``lo``, ``hi`` (ns; null when the batch has no rows)."""
+        return Result(span_frame(trace).collect())
+
+    def prepared(self, partials: Sequence[Result], params: Mapping[str, Any]
+                 ) -> dict[str, Any]:
+        """The span over every batch, as ``trace_span`` gives it for the whole trace."""
         import polars as pl
 
-        from traceatlas.errors import InputError
+        both = pl.concat([p.table for p in partials]).select(
+            pl.col("lo").min(), pl.col("hi").max())
+        lo, hi = both.row(0)
+        return {"span_ns": (int(lo or 0), int(hi or 0))}
 
-        bins = int(params["bins"])
-        if bins < 1:
-            raise InputError("--param bins", f"must be at least 1, got {bins}")
+    def partial(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """A batch's messages counted per bin of the whole span (``params["span_ns"]``)."""
+        t0, t1 = params["span_ns"]
+        return _counted(trace, params, t0, t1)
+
+    def merge(self, partials: Sequence[Result], params: Mapping[str, Any]) -> Result:
+        """The batches' counts and bytes added up per bin."""
+        import polars as pl
+
+        counted = (pl.concat([p.table for p in partials], how="vertical")
+                   .group_by("bin").agg(pl.col("count").sum(), pl.col("bytes").sum()))
+        t0, t1 = params["span_ns"]
+        return Result(_bins(counted, t0, t1, int(params["bins"])),
+                      notes=summed_notes(partials))
+
+    def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """One row per bin: edges (ns), message count and bytes."""
         t0, t1 = trace_span(trace)
-        span = max(t1 - t0, 1)
-        column = TIME_OF[str(params["by"])]
-        msgs = trace.messages.select(pl.col(column).alias("t"), "bytes")
-        missing = int(msgs.select(pl.col("t").is_null().sum()).collect().item())
-        counted = (
-            msgs.filter(pl.col("t").is_not_null())
-            .with_columns(bin=(((pl.col("t") - t0) * bins) // span).clip(0, bins - 1))
-            .group_by("bin")
-            .agg(count=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum().cast(pl.Int64))
-        )
-        idx = pl.int_range(0, bins, dtype=pl.Int64, eager=True)
-        frame = pl.DataFrame({"bin": idx}).with_columns(
-            bin_start_ns=t0 + (pl.col("bin") * span) // bins,
-            bin_end_ns=t0 + ((pl.col("bin") + 1) * span) // bins,
-        )
-        table = (
-            frame.lazy().join(counted, on="bin", how="left")
-            .with_columns(pl.col("count", "bytes").fill_null(0))
-            .sort("bin").collect()
-        )
-        notes = [f"{missing} message(s) without a {column} left out"] if missing else []
-        return Result(table, notes=notes)
+        counted = _counted(trace, params, t0, t1)
+        return Result(_bins(counted.table, t0, t1, int(params["bins"])),
+                      notes=counted.notes)
 
 
-def trace_span(trace: Trace) -> tuple[int, int]:
-    """(earliest, latest) time in ns over intervals, instants and messages."""
+def _counted(trace: Trace, params: Mapping[str, Any], t0: int, t1: int) -> Result:
+    """Messages per non-empty bin of ``[t0, t1]``: bin, count, bytes; the note on
+    messages without the binned time."""
+    import polars as pl
+
+    from traceatlas.errors import InputError
+
+    bins = int(params["bins"])
+    if bins < 1:
+        raise InputError("--param bins", f"must be at least 1, got {bins}")
+    span = max(t1 - t0, 1)
+    column = TIME_OF[str(params["by"])]
+    msgs = trace.messages.select(pl.col(column).alias("t"), "bytes")
+    missing = int(msgs.select(pl.col("t").is_null().sum()).collect().item())
+    counted = (
+        msgs.filter(pl.col("t").is_not_null())
+        .with_columns(bin=(((pl.col("t") - t0) * bins) // span).clip(0, bins - 1))
+        .group_by("bin")
+        .agg(count=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum().cast(pl.Int64))
+        .collect()
+    )
+    notes = [f"{missing} message(s) without a {column} left out"] if missing else []
+    return Result(counted, notes=notes)
+
+
+def _bins(counted: pl.DataFrame, t0: int, t1: int, bins: int) -> pl.DataFrame:
+    """Every bin of ``[t0, t1]`` with its edges (ns) and the counts (0 when none)."""
+    import polars as pl
+
+    span = max(t1 - t0, 1)
+    idx = pl.int_range(0, bins, dtype=pl.Int64, eager=True)
+    frame = pl.DataFrame({"bin": idx}).with_columns(
+        bin_start_ns=t0 + (pl.col("bin") * span) // bins,
+        bin_end_ns=t0 + ((pl.col("bin") + 1) * span) // bins,
+    )
+    return (
+        frame.lazy().join(counted.lazy().with_columns(pl.col("bin").cast(pl.Int64)),
+                          on="bin", how="left")
+        .with_columns(pl.col("count", "bytes").fill_null(0))
+        .sort("bin").collect()
+    )
+
+
+def span_frame(trace: Trace) -> pl.LazyFrame:
+    """One row ``lo``, ``hi``: the earliest and latest time in ns over intervals,
+    instants and messages (null when there are none)."""
     import polars as pl
 
     parts = [
@@ -91,7 +146,11 @@ def trace_span(trace: Trace) -> tuple[int, int]:
         trace.messages.select(lo=pl.min_horizontal(*_MESSAGE_TIMES).min(),
                               hi=pl.max_horizontal(*_MESSAGE_TIMES).max()),
     ]
-    both = pl.concat([p.cast(pl.Int64) for p in parts]).select(
-        pl.col("lo").min(), pl.col("hi").max()).collect()
-    lo, hi = both.row(0)
+    return pl.concat([p.cast(pl.Int64) for p in parts]).select(
+        pl.col("lo").min(), pl.col("hi").max())
+
+
+def trace_span(trace: Trace) -> tuple[int, int]:
+    """(earliest, latest) time in ns over intervals, instants and messages."""
+    lo, hi = span_frame(trace).collect().row(0)
     return (int(lo or 0), int(hi or 0))

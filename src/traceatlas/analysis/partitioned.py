@@ -26,6 +26,11 @@ on a LocalCluster or a scheduler). An analysis opts in with a class attribute:
     (``profile by=name`` sends its per-rank sums, ``message_histogram`` its sizes with
     their counts). Without it the worker runs ``run``.
 
+``prepare(trace, params) -> Result`` and ``prepared(partials, params) -> dict`` (optional)
+    A first pass for a value the map step needs from every batch (``comm_over_time``: the
+    trace span its bins divide): ``prepare`` runs on each batch, ``prepared`` combines the
+    answers into parameters added to ``params`` for the map step and the merge.
+
 ``merge(partials, params) -> Result`` (optional)
     The reduce step, for analyses whose result is not the plain concatenation (summary
     rows that combine ranks, a table order that is not rank-first). Without it:
@@ -99,6 +104,8 @@ class RankTask:
     params: tuple[tuple[str, Any], ...]
     by: str = RANK
     """``RANK`` or ``MESSAGE``: how the batch's view selects its rows."""
+    step: str = "partial"
+    """``partial`` (the map step: ``partial``, else ``run``) or ``prepare``."""
 
 
 def rank_batches(ranks: Sequence[int], ranks_per_task: int) -> list[tuple[int, ...]]:
@@ -137,7 +144,7 @@ def run_task(task: RankTask) -> Result | None:
     from traceatlas.errors import MissingDataError
 
     analysis = get_analysis(task.analysis)
-    step = getattr(analysis, "partial", None) or analysis.run
+    step = getattr(analysis, task.step, None) or analysis.run
     try:
         result: Result = step(_trace_view(task), dict(task.params))
         return result
@@ -218,10 +225,17 @@ def run_partitioned(analysis: Analysis, trace: Trace, params: Mapping[str, Any],
         ranks = sorted(int(r) for r in trace.manifest["ranks"])
     if len(ranks) <= 1:
         return analysis.run(trace, params)
-    items = tuple(sorted(params.items()))
-    tasks = [RankTask(str(trace.path), trace.selections, batch, analysis.name, items, by)
-             for batch in rank_batches(ranks, ranks_per_task)]
-    partials = [p for p in engine.map(run_task, tasks) if p is not None]
+    batches = rank_batches(ranks, ranks_per_task)
+
+    def tasks(step: str, given: Mapping[str, Any]) -> list[RankTask]:
+        items = tuple(sorted(given.items()))
+        return [RankTask(str(trace.path), trace.selections, batch, analysis.name, items, by,
+                         step) for batch in batches]
+
+    if hasattr(analysis, "prepare"):  # the first pass: what every batch's map step needs
+        first = [p for p in engine.map(run_task, tasks("prepare", params)) if p is not None]
+        params = {**params, **analysis.prepared(first, params)}  # type: ignore[attr-defined]
+    partials = [p for p in engine.map(run_task, tasks("partial", params)) if p is not None]
     if not partials:  # no batch has the data: the whole run raises the missing-data error
         return analysis.run(trace, params)
     return merge(analysis, partials, params)
