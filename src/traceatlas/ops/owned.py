@@ -19,8 +19,10 @@ Per thread, the owned times sum to the union of the thread's intervals, and a ro
 owned time plus its descendants' is at most the row's duration. For properly nested
 intervals the parent is the closest enclosing interval and the owned time is the duration
 minus the direct children's durations (the ``ops.exclusive`` values). Times are int64 ns.
-No Python loop per row: the parents come from previous-greater-or-equal pointer jumping,
-the owners from a segment tree painted over the elementary segments.
+No Python loop per row: the parents come from previous-greater-or-equal pointer jumping;
+a row that no later row crosses (and none of whose direct children is crossed) owns its
+duration minus its children's; only the others are painted, with a segment tree over
+the elementary segments (1 GB Kineto trace: 584 crossed rows of 3.4 M).
 """
 
 from __future__ import annotations
@@ -62,8 +64,16 @@ def enclosing_parents(key: IntArray, start: IntArray, end: IntArray,
         return out
     if order is None:
         order = timeline_order(key, start, end)
-    ks, es = key[order], end[order]
-    value = 2 * es + (start[order] == es)
+    cand = _sorted_parents(key[order], start[order], end[order])
+    has = cand >= 0
+    out[order[has]] = order[cand[has]]
+    return out
+
+
+def _sorted_parents(ks: IntArray, ss: IntArray, es: IntArray) -> IntArray:
+    """``enclosing_parents`` on rows already in ``timeline_order``, as positions there."""
+    n = len(ss)
+    value = 2 * es + (ss == es)
     cand = np.arange(-1, n - 1, dtype=np.int64)
     if n > 1:
         cand[1:][ks[1:] != ks[:-1]] = -1
@@ -74,9 +84,7 @@ def enclosing_parents(key: IntArray, start: IntArray, end: IntArray,
         cand[todo] = cand[c]
         todo = todo[cand[todo] >= 0]
         todo = todo[value[cand[todo]] < value[todo]]
-    has = cand >= 0
-    out[order[has]] = order[cand[has]]
-    return out
+    return cand
 
 
 def paint_max(lo: IntArray, hi: IntArray, m: int) -> IntArray:
@@ -126,8 +134,16 @@ def owned_ns(key: IntArray, start: IntArray, end: IntArray,
     if order is None:
         order = timeline_order(key, start, end)
     ks, ss, es = key[order], start[order], end[order]
-    # one axis for all keys: each key's span shifted past the previous key's (+1 gap);
-    # in timeline order a key's rows are contiguous and its first row starts first
+    out = np.zeros(n, dtype=np.int64)
+    out[order] = _sorted_owned(*_axis(ks, ss, es), _sorted_parents(ks, ss, es))
+    return out
+
+
+def _axis(ks: IntArray, ss: IntArray, es: IntArray) -> tuple[IntArray, IntArray]:
+    """Rows in ``timeline_order`` placed on one axis for all keys: each key's span shifted
+    past the previous key's (+1 gap); a key's rows are contiguous, its first starts first,
+    so the shifted starts are sorted."""
+    n = len(ss)
     first = np.flatnonzero(np.concatenate(([True], ks[1:] != ks[:-1])))
     low = ss[first]
     span = np.maximum.reduceat(es, first) - low + 1
@@ -138,7 +154,78 @@ def owned_ns(key: IntArray, start: IntArray, end: IntArray,
                          "on one int64 axis")
     shift = np.repeat(np.concatenate(([0], np.cumsum(span)[:-1])) - low,
                       np.diff(np.append(first, n)))
-    xs, xe = ss + shift, es + shift
+    return ss + shift, es + shift
+
+
+MAX_CHAIN = 64
+"""Longest chain of crossing rows followed before painting every row instead."""
+
+
+def _sorted_owned(xs: IntArray, xe: IntArray, parent: IntArray) -> IntArray:
+    """Owned ns of rows in ``timeline_order`` on one axis (``_axis``), ``parent`` their
+    ``_sorted_parents``.
+
+    A row u owns the instants of [xs, xe) where no LATER row is open. The later rows
+    overlapping u are its descendants, covered by its direct children, and the rows that
+    start inside u and end after it (u is "crossed"). So when neither u nor any of its
+    direct children is crossed (its children are then disjoint), u owns its duration minus
+    its children's durations. The other rows are painted (``_paint_owned``) together with
+    their direct children and the rows crossing them (the chain of next-later-ending rows
+    from u: every crossing row lies in time inside one of them): enough to tell, at each
+    instant of such a row, whether a later row is open."""
+    n = len(xs)
+    dur = xe - xs
+    has = parent >= 0
+    child = np.zeros(n, dtype=np.int64)
+    np.add.at(child, parent[has], dur[has])
+    own = dur - child
+    ends_at = np.searchsorted(xs, xe, side="left")  # first row starting at/after the end
+    later = _next_later_end(xe, ends_at)
+    crossed = later < ends_at
+    if not crossed.any():
+        return own
+    need = crossed.copy()
+    need[parent[has & crossed]] = True
+    members = need.copy()
+    members[has & need[np.maximum(parent, 0)]] = True  # direct children of painted rows
+    limit = ends_at[crossed]
+    step = later[crossed]
+    for _ in range(MAX_CHAIN):
+        live = step < limit
+        step, limit = step[live], limit[live]
+        if len(step) == 0:
+            break
+        members[step] = True
+        step = later[step]
+    else:
+        return _paint_owned(xs, xe)
+    sub = np.flatnonzero(members)
+    painted = _paint_owned(xs[sub], xe[sub])
+    mine = need[sub]
+    own[sub[mine]] = painted[mine]
+    return own
+
+
+def _next_later_end(xe: IntArray, stop: IntArray) -> IntArray:
+    """Per row i: the first row j > i with ``xe[j] > xe[i]`` when it comes before
+    ``stop[i]``; otherwise some row >= ``stop[i]`` (n: none). Pointer jumping: every row
+    skipped ends at or before the row's end."""
+    n = len(xe)
+    cand = np.arange(1, n + 1, dtype=np.int64)
+    ext = np.append(xe, np.iinfo(np.int64).max)
+    todo = np.flatnonzero(cand < stop)
+    todo = todo[ext[cand[todo]] <= xe[todo]]
+    while len(todo):
+        cand[todo] = cand[cand[todo]]
+        todo = todo[cand[todo] < stop[todo]]
+        todo = todo[ext[cand[todo]] <= xe[todo]]
+    return cand
+
+
+def _paint_owned(xs: IntArray, xe: IntArray) -> IntArray:
+    """Owned ns of rows sorted by start on one axis: the elementary segments between all
+    starts and ends painted with the latest row open over each (``paint_max``)."""
+    n = len(xs)
     points = np.sort(np.concatenate((xs, np.sort(xe, kind="stable"))), kind="stable")
     points = points[np.concatenate(([True], points[1:] != points[:-1]))]
     owner = paint_max(np.searchsorted(points, xs), np.searchsorted(points, xe),
@@ -146,9 +233,7 @@ def owned_ns(key: IntArray, start: IntArray, end: IntArray,
     mine = owner >= 0
     sums = np.bincount(owner[mine], weights=np.diff(points)[mine].astype(np.float64),
                        minlength=n)
-    out = np.zeros(n, dtype=np.int64)
-    out[order] = np.rint(sums).astype(np.int64)
-    return out
+    return np.rint(sums).astype(np.int64)
 
 
 def with_owned(frame: pl.DataFrame, group: tuple[str, ...] = ("rank", "track_id")
@@ -169,5 +254,11 @@ def with_owned(frame: pl.DataFrame, group: tuple[str, ...] = ("rank", "track_id"
     start = frame["start_ns"].to_numpy().astype(np.int64)
     end = frame["end_ns"].to_numpy().astype(np.int64)
     order = timeline_order(key, start, end)
-    return frame.with_columns(parent=pl.Series(enclosing_parents(key, start, end, order)),
-                              exclusive_ns=pl.Series(owned_ns(key, start, end, order)))
+    ks, ss, es = key[order], start[order], end[order]
+    sorted_parent = _sorted_parents(ks, ss, es)
+    parent = np.full(frame.height, -1, dtype=np.int64)
+    has = sorted_parent >= 0
+    parent[order[has]] = order[sorted_parent[has]]
+    owned = np.zeros(frame.height, dtype=np.int64)
+    owned[order] = _sorted_owned(*_axis(ks, ss, es), sorted_parent)
+    return frame.with_columns(parent=pl.Series(parent), exclusive_ns=pl.Series(owned))
