@@ -55,7 +55,8 @@ def test_declarations_follow_parameters() -> None:
     assert not is_partitioned(kernels, {"by": "name"})
     assert is_partitioned(registry.get_analysis("comm_matrix"), {})  # by message
     assert is_partitioned(registry.get_analysis("profile"), {"by": "name"})  # merged
-    assert not is_partitioned(registry.get_analysis("mpi_wait"), {})
+    assert is_partitioned(registry.get_analysis("mpi_wait"), {})  # by message, 2 passes
+    assert not is_partitioned(registry.get_analysis("mpi_collectives"), {})
     assert not is_partitioned(registry.get_analysis("critical_path"), {})
 
 
@@ -103,7 +104,7 @@ def test_every_partitioned_analysis_on_256_ranks(mpi256: traceatlas.Trace) -> No
             checked.append((name, params))
     assert ("profile", {"by": "rank"}) in checked
     assert {"profile", "load_imbalance", "comm_matrix", "comm_by_rank",
-            "message_histogram", "comm_over_time"} <= {n for n, _ in checked}
+            "message_histogram", "comm_over_time", "mpi_wait"} <= {n for n, _ in checked}
 
 
 def _param_sets(name: str) -> list[dict[str, str]]:

@@ -66,7 +66,7 @@ def _sorted(frame: pl.DataFrame) -> pl.DataFrame:
 
 @pytest.mark.parametrize("name,params", [
     ("comm_matrix", {}), ("comm_by_rank", {}), ("message_histogram", {"bins": "9"}),
-    ("comm_over_time", {"bins": "13", "by": "recv"}),
+    ("comm_over_time", {"bins": "13", "by": "recv"}), ("mpi_wait", {}),
     ("profile", {"by": "name", "all_ranks": "true"}),
     ("load_imbalance", {"num_ranks": "4", "all_ranks": "true"}),
 ])
@@ -83,6 +83,9 @@ def test_rank_selection_messages_stored_outside_it(mpi64: traceatlas.Trace, name
     whole = analysis.run(view, typed)
     parts = run_partitioned(analysis, view, typed, LocalEngine(1), ranks_per_task=7)
     assert_frame_equal(_sorted(parts.table), _sorted(whole.table))
+    assert sorted(parts.extra) == sorted(whole.extra)
+    for key, frame in whole.extra.items():
+        assert_frame_equal(_sorted(parts.extra[key]), _sorted(frame))
     assert parts.notes == whole.notes
     if name == "comm_matrix":  # every selected message once: the whole count
         assert int(parts.table["count"].sum()) == msgs.height
@@ -91,3 +94,18 @@ def test_rank_selection_messages_stored_outside_it(mpi64: traceatlas.Trace, name
         per = view.select(name=f"^{re.escape(row['name'])}$").intervals.collect()
         assert abs(row["exclusive_mean_ns"] - row["exclusive_ns"] / 11) <= 0.5
         assert per["rank"].n_unique() == row["ranks"]
+
+
+def test_mpi_wait_whole_trace_with_late_senders(mpi64: traceatlas.Trace) -> None:
+    """Every rank, batches of 2: the waits (late senders behind the heavy ranks, found
+    with the receivers' MPI calls read as peers of the senders' batches) equal the whole
+    run's, per rank and per message."""
+    analysis = registry.get_analysis("mpi_wait")
+    whole = analysis.run(mpi64, {})
+    parts = run_partitioned(analysis, mpi64, {}, LocalEngine(1), ranks_per_task=2)
+    late = whole.extra["messages"].filter(pl.col("late_sender_ns") > 0)
+    # not zeros equal to zeros, and a late sender whose receiver is in another batch
+    assert late.filter(pl.col("src_rank") // 2 != pl.col("dst_rank") // 2).height > 0
+    assert_frame_equal(parts.table, whole.table)
+    assert_frame_equal(_sorted(parts.extra["messages"]), _sorted(whole.extra["messages"]))
+    assert parts.notes == whole.notes

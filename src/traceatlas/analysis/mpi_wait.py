@@ -43,10 +43,11 @@ wait-state analysis.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import Result
+from traceatlas.analysis.partitioned import summed_notes
 
 if TYPE_CHECKING:
     import polars as pl
@@ -64,47 +65,105 @@ class MpiWait:
     description = "Point-to-point wait states per rank: late sender, late receiver (ns)"
     params = ()
     requires = ("messages",)
+    partition = "message"
+    """Each message waited on by the batch whose part stores it (``analysis.partitioned``):
+    a first pass tells whether the view has any MPI call (``prepare``); each batch reads
+    the MPI calls of its ranks and of its messages' peers (``partitioned_view.widened``)
+    and sends its messages' waits; the merge takes each blocking call's largest wait."""
+
+    def prepare(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """A batch's number of MPI calls (column ``calls``)."""
+        import polars as pl
+
+        n = _calls(trace).select(pl.len()).collect().item()
+        return Result(pl.DataFrame({"calls": [int(n)]}))
+
+    def prepared(self, partials: Sequence[Result], params: Mapping[str, Any]
+                 ) -> dict[str, Any]:
+        """``has_calls``: whether the whole view has an MPI call."""
+        return {"has_calls": any(p.table["calls"].sum() > 0 for p in partials)}
+
+    def partial(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """A batch's messages with their blocking calls and waits (extra ``ranks``)."""
+        import polars as pl
+
+        from traceatlas.analysis.partitioned_view import widened
+
+        sides = trace.messages.select("src_rank", "dst_rank").collect()
+        peers = {int(r) for r in pl.concat([sides["src_rank"], sides["dst_rank"]]).unique()
+                 if r is not None}
+        msgs, notes = _waits(trace, widened(trace, peers), bool(params["has_calls"]))
+        ranks = pl.DataFrame({"rank": trace.ranks}, schema={"rank": pl.Int32})
+        return Result(msgs, extra={"ranks": ranks}, notes=notes)
+
+    def merge(self, partials: Sequence[Result], params: Mapping[str, Any]) -> Result:
+        """Per-rank totals from every batch's messages (a call's largest wait once)."""
+        import polars as pl
+
+        msgs = pl.concat([p.table for p in partials], how="vertical")
+        ranks = pl.concat([p.extra["ranks"] for p in partials])["rank"].to_list()
+        return Result(_per_rank(ranks, msgs), extra={"messages": _per_message(msgs)},
+                      notes=summed_notes(partials))
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """Per-rank totals; extra table ``messages`` with each message's wait."""
-        import polars as pl
+        msgs, notes = _waits(trace, trace, None)
+        return Result(_per_rank(trace.ranks, msgs), extra={"messages": _per_message(msgs)},
+                      notes=notes)
 
-        msgs = trace.messages.select(*_MESSAGE_COLUMNS).filter(
-            pl.all_horizontal(pl.col("send_start_ns", "recv_start_ns", "send_end_ns",
-                                     "recv_end_ns").is_not_null())
-        ).collect().with_row_index("message")
-        calls = (trace.intervals.filter(pl.col("category").cast(pl.String) == "mpi")
-                 .select("rank", "start_ns", "end_ns").collect())
-        notes = []
-        skipped = int(trace.messages.select(pl.len()).collect().item()) - msgs.height
-        if skipped:
-            notes.append(f"{skipped} message(s) without both sides' times left out")
-        if calls.height:
-            msgs = _block(msgs, calls, "dst_rank", "recv_end_ns", "recv_block")
-            msgs = _block(msgs, calls, "src_rank", "send_end_ns", "send_block")
-        else:
-            notes.append("no MPI calls in the trace: the messages' own send and receive "
-                         "times are the blocking calls")
-            msgs = msgs.with_columns(
-                recv_block_start_ns=pl.col("recv_start_ns"),
-                recv_block_end_ns=pl.col("recv_end_ns"),
-                send_block_start_ns=pl.col("send_start_ns"),
-                send_block_end_ns=pl.col("send_end_ns"))
-        rb0, rb1 = pl.col("recv_block_start_ns"), pl.col("recv_block_end_ns")
-        sb0, sb1 = pl.col("send_block_start_ns"), pl.col("send_block_end_ns")
-        send0, recv0 = pl.col("send_start_ns"), pl.col("recv_start_ns")
+
+def _calls(trace: Trace) -> pl.LazyFrame:
+    """The MPI calls of ``trace``: rank, start_ns, end_ns."""
+    import polars as pl
+
+    return (trace.intervals.filter(pl.col("category").cast(pl.String) == "mpi")
+            .select("rank", "start_ns", "end_ns"))
+
+
+def _per_message(msgs: pl.DataFrame) -> pl.DataFrame:
+    return msgs.select(
+        "src_rank", "dst_rank", "tag", "bytes", "send_start_ns", "recv_start_ns",
+        "recv_block_start_ns", "recv_block_end_ns", "send_block_start_ns",
+        "send_block_end_ns", "late_sender_ns", "late_receiver_ns")
+
+
+def _waits(trace: Trace, calls_of: Trace, has_calls: bool | None
+           ) -> tuple[pl.DataFrame, list[str]]:
+    """``trace``'s messages with both sides' times, their blocking calls (from
+    ``calls_of``'s MPI calls; the messages' own times when the view has none:
+    ``has_calls`` False, or None and ``calls_of`` has none) and waits; the notes."""
+    import polars as pl
+
+    msgs = trace.messages.select(*_MESSAGE_COLUMNS).filter(
+        pl.all_horizontal(pl.col("send_start_ns", "recv_start_ns", "send_end_ns",
+                                 "recv_end_ns").is_not_null())
+    ).collect().with_row_index("message")
+    calls = _calls(calls_of).collect()
+    notes = []
+    skipped = int(trace.messages.select(pl.len()).collect().item()) - msgs.height
+    if skipped:
+        notes.append(f"{skipped} message(s) without both sides' times left out")
+    if calls.height if has_calls is None else has_calls:
+        msgs = _block(msgs, calls, "dst_rank", "recv_end_ns", "recv_block")
+        msgs = _block(msgs, calls, "src_rank", "send_end_ns", "send_block")
+    else:
+        notes.append("no MPI calls in the trace: the messages' own send and receive "
+                     "times are the blocking calls")
         msgs = msgs.with_columns(
-            late_sender_ns=pl.when(send0 > rb0).then(pl.min_horizontal(send0, rb1) - rb0)
-            .otherwise(0).fill_null(0),
-            late_receiver_ns=pl.when((recv0 > sb0) & (recv0 < sb1)).then(recv0 - sb0)
-            .otherwise(0).fill_null(0),
-        ).sort("message")
-        table = _per_rank(trace, msgs)
-        per_message = msgs.select(
-            "src_rank", "dst_rank", "tag", "bytes", "send_start_ns", "recv_start_ns",
-            "recv_block_start_ns", "recv_block_end_ns", "send_block_start_ns",
-            "send_block_end_ns", "late_sender_ns", "late_receiver_ns")
-        return Result(table, extra={"messages": per_message}, notes=notes)
+            recv_block_start_ns=pl.col("recv_start_ns"),
+            recv_block_end_ns=pl.col("recv_end_ns"),
+            send_block_start_ns=pl.col("send_start_ns"),
+            send_block_end_ns=pl.col("send_end_ns"))
+    rb0, rb1 = pl.col("recv_block_start_ns"), pl.col("recv_block_end_ns")
+    sb0, sb1 = pl.col("send_block_start_ns"), pl.col("send_block_end_ns")
+    send0, recv0 = pl.col("send_start_ns"), pl.col("recv_start_ns")
+    msgs = msgs.with_columns(
+        late_sender_ns=pl.when(send0 > rb0).then(pl.min_horizontal(send0, rb1) - rb0)
+        .otherwise(0).fill_null(0),
+        late_receiver_ns=pl.when((recv0 > sb0) & (recv0 < sb1)).then(recv0 - sb0)
+        .otherwise(0).fill_null(0),
+    ).sort("message")
+    return msgs, notes
 
 
 def _block(msgs: pl.DataFrame, calls: pl.DataFrame, rank: str, time: str,
@@ -126,7 +185,7 @@ def _block(msgs: pl.DataFrame, calls: pl.DataFrame, rank: str, time: str,
     ).drop("_r", "_s", "_e")
 
 
-def _per_rank(trace: Trace, msgs: pl.DataFrame) -> pl.DataFrame:
+def _per_rank(world: list[int], msgs: pl.DataFrame) -> pl.DataFrame:
     """Per rank: the wait of each blocking call (largest over its messages), summed."""
     import polars as pl
 
@@ -143,7 +202,7 @@ def _per_rank(trace: Trace, msgs: pl.DataFrame) -> pl.DataFrame:
         )
 
     ranks = pl.concat([
-        pl.DataFrame({"rank": trace.ranks}, schema={"rank": pl.Int32}),
+        pl.DataFrame({"rank": world}, schema={"rank": pl.Int32}),
         msgs.select(pl.col("src_rank").cast(pl.Int32).alias("rank")),
         msgs.select(pl.col("dst_rank").cast(pl.Int32).alias("rank")),
     ]).unique()

@@ -59,3 +59,15 @@ def message_view(base: Trace, client: tuple[Selection, ...],
     view.client = client
     view.owners = frozenset(batch)
     return view
+
+
+def widened(view: Trace, ranks: set[int]) -> Trace:
+    """A ``message_view`` whose tables other than ``messages`` also cover ``ranks`` (the
+    peers of its messages); any other view unchanged."""
+    if not isinstance(view, MessageOwnerView):
+        return view
+    from traceatlas.ops.select import Selection
+
+    wide = copy.copy(view)
+    wide.selections = (*view.client, Selection(ranks=tuple(sorted(view.owners | ranks))))
+    return wide
