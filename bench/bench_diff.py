@@ -8,7 +8,8 @@ copy: 100 copies ~ 1.07 GB of JSON, 500 ProfilerSteps), ingested with ``traceatl
 ingest -o``, and the JSON deleted. ``traceatlas summary`` then writes ``a.json`` and
 ``b.json``.
 
-Timed end to end (a new process each time: imports included), ``--repeats`` times, median:
+Timed end to end (a new process each time: imports included), ``--repeats`` times; the
+best (minimum) and the median are kept, with the 1-minute load average before each run:
 
 - ``traceatlas diff WORK/a.tastore WORK/b.tastore --format json -o /dev/null``-like
   (output to a file in WORK) -> ``stores_s``;
@@ -16,7 +17,9 @@ Timed end to end (a new process each time: imports included), ``--repeats`` time
 - ``traceatlas summary WORK/a.tastore -o WORK/a.json`` (once) -> ``summary_s``.
 
 ``*_cpu_s``: median CPU seconds (user + sys) of the same runs: the figure to trust when
-the machine is shared (``load_avg_*`` says how loaded it was).
+the machine is shared (``load_avg_*`` says how loaded it was); ``*_best_*``: the fastest
+run. ``--pythonpath DIR`` times another checkout's package (e.g. ``git archive REV src``
+unpacked in DIR: ``DIR/src``) with the same virtualenv, for before/after figures.
 
 Usage::
 
@@ -50,14 +53,17 @@ PY = str(ROOT / ".venv" / "bin" / "python")
 
 
 CPU: list[float] = []
+LOAD: list[float] = []
+ENV: dict[str, str] = dict(os.environ)
 """CPU seconds (user + sys, the process and its children) of each ``_run``, in order: on
 a shared machine the wall time depends on the load, the CPU time much less."""
 
 
 def _run(cmd: list[str]) -> float:
+    LOAD.append(os.getloadavg()[0])
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=ENV)
     took = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
@@ -102,7 +108,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results_diff_speed.json")
     ap.add_argument("--clean", action="store_true")
     ap.add_argument("--prepare-only", action="store_true")
+    ap.add_argument("--pythonpath", type=Path, default=None,
+                    help="time the package under this directory's src/ instead")
     args = ap.parse_args()
+    if args.pythonpath is not None:
+        ENV["PYTHONPATH"] = str(args.pythonpath.resolve() / "src")
     work: Path = args.work
     work.mkdir(parents=True, exist_ok=True)
     prep = _prepare(work, args.copies)
@@ -111,6 +121,7 @@ def main() -> None:
         return
     a, b = work / "a.tastore", work / "b.tastore"
     summary_s = _run([CLI, "summary", str(a), "-o", str(work / "a.json")])
+    summary_cpu, summary_load = CPU[-1], LOAD[-1]
     _run([CLI, "summary", str(b), "-o", str(work / "b.json")])
     out_file = str(work / "diff.json")
     stores_cmd = [CLI, "diff", str(a), str(b), "--format", "json", "-o", out_file]
@@ -118,11 +129,13 @@ def main() -> None:
                 "-o", out_file]
     load_before = os.getloadavg()[0]
     CPU.clear()
+    LOAD.clear()
     stores = [_run(stores_cmd) for _ in range(args.repeats)]
-    stores_cpu = list(CPU)
+    stores_cpu, stores_load = list(CPU), list(LOAD)
     CPU.clear()
+    LOAD.clear()
     baselines = [_run(base_cmd) for _ in range(args.repeats)]
-    baselines_cpu = list(CPU)
+    baselines_cpu, baselines_load = list(CPU), list(LOAD)
     result = {
         "what": "traceatlas diff end to end (new process each run), median of repeats",
         "stores_cmd": " ".join(stores_cmd),
@@ -137,7 +150,16 @@ def main() -> None:
         "baselines_runs_s": baselines,
         "stores_cpu_s": statistics.median(stores_cpu),
         "baselines_cpu_s": statistics.median(baselines_cpu),
+        "stores_best_s": min(stores),
+        "stores_best_cpu_s": min(stores_cpu),
+        "stores_runs_cpu_s": stores_cpu,
+        "stores_runs_load_1min": stores_load,
+        "baselines_best_s": min(baselines),
+        "baselines_runs_load_1min": baselines_load,
+        "package": str(args.pythonpath or ROOT),
         "summary_s": summary_s,
+        "summary_cpu_s": summary_cpu,
+        "summary_load_1min": summary_load,
         "prepare": prep,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "load_avg_1min_before": load_before,

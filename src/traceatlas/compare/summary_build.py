@@ -1,13 +1,18 @@
 """Building the baseline summary of a trace (the format: ``traceatlas.compare.summary``).
 
-Every value is computed with Polars over the store: iteration of each interval, then one
-interval union per (kind, key, rank, iteration) (``traceatlas.ops.unions``), scattered
-into ``[rank][iteration]`` matrices with numpy.
+The store's intervals are read once (``summary_frame.loaded``: the needed columns, in
+memory); the iteration of each interval comes from the ``steps`` windows (or phases, or
+the whole run); every kind's entities are interval unions per (key, rank, iteration) on
+numpy columns (``summary_kinds``); device kinds take their launch context from
+``launchers``; the ``efficiency`` analysis runs on the same in-memory frame.
+``traceatlas.testing.summary_reference`` keeps the former all-Polars builder as the test
+oracle: both give identical summaries.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,7 +20,8 @@ import numpy.typing as npt
 
 import traceatlas
 from traceatlas.compare.normalize import normalize
-from traceatlas.compare.summary import FORMAT, KINDS, MAX_NAMES, VERSION, finite_or_none
+from traceatlas.compare.summary import FORMAT, KINDS, VERSION, finite_or_none
+from traceatlas.compare.summary_kinds import Rows, codes, entities, positions
 from traceatlas.errors import MissingDataError
 from traceatlas.model.schema import DEVICE_CATEGORIES
 
@@ -37,9 +43,12 @@ KIND_CATEGORIES: dict[str, tuple[str, ...]] = {
 
 def build(trace: Trace, *, min_share: float, top: int) -> dict[str, Any]:
     """The summary of ``trace`` as JSON-ready data (see ``traceatlas.compare.summary``)."""
+    from traceatlas.compare.summary_frame import loaded
+
     ranks = list(trace.ranks)
     notes: list[str] = []
-    source, windows, rows = _iterations(trace, notes)
+    view = loaded(trace)  # the intervals read once; every step below reads this frame
+    source, windows, rows = _iterations(view, trace, notes)
     labels = sorted(int(x) for x in windows["it"].unique().to_list())
     r_index = {r: i for i, r in enumerate(ranks)}
     i_index = {label: i for i, label in enumerate(labels)}
@@ -52,20 +61,21 @@ def build(trace: Trace, *, min_share: float, top: int) -> dict[str, Any]:
         missing = [r for r in ranks if not present[r_index[r]].all()]
         notes.append(f"ranks without every iteration (-1 where absent): {_ranks_text(missing)}")
     total = int(step_ns[step_ns > 0].sum())
-    shape = (r_index, i_index, present)
     entities: dict[str, list[dict[str, Any]]] = {}
     other: dict[str, dict[str, Any]] = {}
     step_key = {"steps": "ProfilerStep#", "phases": "phase", "run": "run"}[source]
     step_count = np.where(present, 1, -1)
     entities["step"] = [{"key": step_key, "names": [step_key], "n_names": 1,
                          "ns": step_ns.tolist(), "count": step_count.tolist()}]
-    table = rows.collect()  # read once; every kind picks from it
-    device = _device_context(trace, table)
+    table = rows.collect()
+    device = _device_context(view, table)
     note = _attribution_note(device)
     if note:
         notes.append(note)
+    host = _Columns.of(table, ranks, labels)
+    dev = _Columns.of(device, ranks, labels)
     for kind in KINDS[1:]:
-        items = _kind(_picked(table, device, kind), kind, shape)
+        items = _kind(kind, host, dev, device, present)
         kept, folded = _fold(items, total, min_share, top)
         entities[kind] = kept
         if folded:
@@ -88,7 +98,7 @@ def build(trace: Trace, *, min_share: float, top: int) -> dict[str, Any]:
         "other": other,
         "fold_rule": (f"an entity below {min_share:g} of total_ns and not among the {top} "
                       "largest of its kind is folded into other (summed)"),
-        "efficiency": _efficiency(trace, notes),
+        "efficiency": _efficiency(view, trace, notes),
         "notes": notes,
     }
 
@@ -97,27 +107,27 @@ def _ranks_text(ranks: Sequence[int]) -> str:
     return ", ".join(map(str, ranks[:20])) + (" ..." if len(ranks) > 20 else "")
 
 
-def _iterations(trace: Trace, notes: list[str]) -> tuple[str, pl.DataFrame, pl.LazyFrame]:
+def _iterations(view: Trace, trace: Trace, notes: list[str]
+                ) -> tuple[str, pl.DataFrame, pl.LazyFrame]:
     """(source, windows with rank/it/dur_ns, intervals with rank/start_ns/end_ns/
-    correlation/name/category/it, rows outside every iteration dropped)."""
+    correlation/name/category/it, rows outside every iteration dropped). ``view``: the
+    loaded intervals; ``trace``: the store, for an analysis needing other columns."""
     import polars as pl
 
-    cat = pl.col("category").cast(pl.String)
-    base = trace.intervals.select(
-        "rank", "start_ns", "end_ns", "correlation", "step",
-        pl.col("name").cast(pl.String), cat.alias("category"))
-    has_steps = trace.intervals.filter(cat == "step").select(pl.len()).collect().item() > 0
+    base = view.intervals.select("rank", "start_ns", "end_ns", "correlation", "step",
+                                 "name", "category")
+    has_steps = base.filter(pl.col("category") == "step").select(pl.len()).collect().item() > 0
     if has_steps:
         # the steps analysis' windows without its breakdown (most of its cost)
         from traceatlas.analysis.steps import _markers, _windows
 
-        windows = (_windows(trace, _markers(trace, "").collect().lazy())
+        windows = (_windows(view, _markers(view, "").collect().lazy())
                    .select("rank", pl.col("step").cast(pl.Int64).alias("it"),
                            (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
                    .sort("rank", "it").collect())
         rows = base.filter(pl.col("step") >= 0).with_columns(pl.col("step").alias("it"))
         return "steps", windows, rows.drop("step")
-    phases = _phases(trace)
+    phases = _table("phases", view, trace)
     if phases is not None and phases.height:
         notes.append("no step markers: iterations are the phases analysis' repetitions")
         windows = phases.select("rank", pl.col("phase").alias("it"), "start_ns", "end_ns",
@@ -131,11 +141,18 @@ def _iterations(trace: Trace, notes: list[str]) -> tuple[str, pl.DataFrame, pl.L
     return "run", windows, base.with_columns(pl.lit(0, pl.Int64).alias("it")).drop("step")
 
 
-def _phases(trace: Trace) -> pl.DataFrame | None:
+def _table(name: str, view: Trace, trace: Trace) -> pl.DataFrame | None:
+    """The main table of analysis ``name`` on the loaded view (on the store when it needs
+    a column the view did not load); None when it does not apply."""
+    import polars as pl
+
     from traceatlas.analysis.registry import run
 
     try:
-        return run("phases", trace).table
+        try:
+            return run(name, view).table
+        except pl.exceptions.ColumnNotFoundError:
+            return run(name, trace).table
     except MissingDataError:
         return None
 
@@ -171,7 +188,7 @@ def _keys(names: pl.Series) -> pl.DataFrame:
                         schema={"name": pl.String, "key": pl.String})
 
 
-def _device_context(trace: Trace, rows: pl.DataFrame) -> pl.DataFrame:
+def _device_context(view: Trace, rows: pl.DataFrame) -> pl.DataFrame:
     """Device rows (rank, it, start_ns, end_ns, name) with their launch context
     (``compare.launchers``): ``op`` and ``annotations``, plus a row id ``_d``."""
     import polars as pl
@@ -179,9 +196,10 @@ def _device_context(trace: Trace, rows: pl.DataFrame) -> pl.DataFrame:
     from traceatlas.compare.launchers import launch_context
 
     device = (rows.filter(pl.col("category").is_in(KIND_CATEGORIES["kernel"]))
-              .select("rank", "it", "start_ns", "end_ns", "name", "correlation")
+              .select("rank", "it", "start_ns", "end_ns", pl.col("name").cast(pl.String),
+                      "correlation")
               .with_row_index("_d"))
-    ctx = launch_context(trace)
+    ctx = launch_context(view)
     return (device.with_columns(pl.col("rank").cast(pl.Int32),
                                 pl.col("correlation").cast(pl.Int64))
             .join(ctx, on=["rank", "correlation"], how="left")
@@ -189,87 +207,61 @@ def _device_context(trace: Trace, rows: pl.DataFrame) -> pl.DataFrame:
             .drop("correlation"))
 
 
-def _picked(rows: pl.DataFrame, device: pl.DataFrame, kind: str) -> pl.DataFrame:
-    """The intervals of ``kind`` as rank, it, start_ns, end_ns, name (the raw name its
-    key comes from). Device kinds: the device rows under their launching op's name, or
-    once under each enclosing annotation's name (a name repeated in nested annotations
-    counted once)."""
+@dataclass(frozen=True)
+class _Columns:
+    """A frame's rank / iteration positions (``summary_kinds.positions``), times, and the
+    codes of its ``name`` and ``category`` columns (when it has them)."""
+
+    frame: pl.DataFrame
+    r: I64
+    i: I64
+    start: I64
+    end: I64
+
+    @classmethod
+    def of(cls, frame: pl.DataFrame, ranks: list[int], labels: list[int]) -> _Columns:
+        return cls(frame, positions(frame["rank"].to_numpy(), ranks),
+                   positions(frame["it"].to_numpy(), labels),
+                   frame["start_ns"].to_numpy().astype(np.int64),
+                   frame["end_ns"].to_numpy().astype(np.int64))
+
+    def rows(self, column: str, mask: npt.NDArray[np.bool_] | None = None) -> Rows:
+        """``summary_kinds.Rows`` of the rows in ``mask`` (all when None), named by
+        ``column`` (String or Categorical, no nulls in ``mask``)."""
+        series = self.frame[column]
+        if mask is not None:
+            series = series.filter(mask)
+        code, names = codes(series)
+        if mask is None:
+            return Rows(names, code, self.r, self.i, self.start, self.end)
+        return Rows(names, code, self.r[mask], self.i[mask], self.start[mask], self.end[mask])
+
+
+def _kind(kind: str, host: _Columns, dev: _Columns, device: pl.DataFrame,
+          present: npt.NDArray[np.bool_]) -> list[dict[str, Any]]:
+    """Entities of ``kind`` (``summary_kinds.entities``). Device kinds: the device rows
+    under their launching op's name, or once under each enclosing annotation's name (a
+    name repeated in nested annotations counted once)."""
     import polars as pl
 
-    cols = ("rank", "it", "start_ns", "end_ns")
-    if kind == "category":
-        return rows.filter(pl.col("category") != "step").select(
-            *cols, pl.col("category").alias("name"))
     if kind == "op_device":
-        return device.filter(pl.col("op").is_not_null()).select(
-            *cols, pl.col("op").alias("name"))
+        mask = device["op"].is_not_null().to_numpy()
+        return entities(dev.rows("op", mask), normalize, present, raw_names=True)
     if kind == "annotation_device":
-        return (device.select("_d", *cols, pl.col("annotations").alias("name"))
-                .explode("name").drop_nulls("name").unique(["_d", "name"]).drop("_d"))
-    return rows.filter(pl.col("category").is_in(KIND_CATEGORIES[kind])).select(*cols, "name")
-
-
-def _kind(picked: pl.DataFrame, kind: str, shape: tuple[dict[int, int], dict[int, int],
-          npt.NDArray[np.bool_]]) -> list[dict[str, Any]]:
-    """Entities of ``kind`` from ``_picked``: key, raw names, ns/count matrices (-1 where
-    absent)."""
-    import polars as pl
-
-    from traceatlas.ops.unions import union_ns
-
-    r_index, i_index, present = shape
+        exploded = (device.select("_d", "rank", "it", "start_ns", "end_ns",
+                                  pl.col("annotations").alias("name"))
+                    .explode("name").drop_nulls("name").unique(["_d", "name"]))
+        d = exploded["_d"].to_numpy()
+        cols = _Columns(exploded, dev.r[d], dev.i[d],
+                        exploded["start_ns"].to_numpy().astype(np.int64),
+                        exploded["end_ns"].to_numpy().astype(np.int64))
+        return entities(cols.rows("name"), normalize, present, raw_names=True)
+    category = host.frame["category"]
     if kind == "category":
-        picked = picked.with_columns(pl.col("name").alias("key"))
-    else:
-        picked = picked.join(_keys(picked["name"]), on="name", how="left")
-    picked = picked.with_columns(pl.col("it").cast(pl.Int64))
-    lazy = picked.lazy()
-    unions = union_ns(lazy.select("key", "rank", "it", "start_ns", "end_ns"),
-                      ["key", "rank", "it"], "ns")
-    counts = lazy.group_by("key", "rank", "it").agg(pl.len().alias("n"))
-    table = unions.join(counts, on=["key", "rank", "it"], how="inner").collect()
-    if table.height == 0:
-        return []
-    raw = (lazy.group_by("key", "name").agg(pl.len().alias("n"))
-           .sort(["key", "n", "name"], descending=[False, True, False])
-           .group_by("key", maintain_order=True)
-           .agg(pl.col("name").head(MAX_NAMES).alias("names"),
-                pl.len().alias("n_names")).collect())
-    keys_list = sorted(table["key"].unique().to_list())
-    k_index = {k: i for i, k in enumerate(keys_list)}
-    n_ranks, n_its = present.shape
-    ns = np.zeros((len(keys_list), n_ranks, n_its), dtype=np.int64)
-    count = np.zeros_like(ns)
-    e = _index(table["key"], k_index)
-    r = _index(table["rank"], r_index)
-    i = _index(table["it"], i_index)
-    ok = i >= 0  # an interval of a step the steps analysis has no window for: dropped
-    ns[e[ok], r[ok], i[ok]] = table["ns"].to_numpy()[ok]
-    count[e[ok], r[ok], i[ok]] = table["n"].to_numpy()[ok]
-    ns[:, ~present] = -1
-    count[:, ~present] = -1
-    names_of = {k: (list(n), int(c)) for k, n, c in raw.iter_rows()}
-    items = []
-    for key in keys_list:
-        listed, n_names = names_of.get(key, ([], 0)) if kind != "category" else ([], 0)
-        if listed == [key]:
-            listed = []  # the raw name is the key itself
-        idx = k_index[key]
-        items.append({"key": key, "names": listed, "n_names": n_names,
-                      "ns": ns[idx].tolist(), "count": count[idx].tolist(),
-                      "_total": int(ns[idx][ns[idx] > 0].sum())})
-    return items
-
-
-def _index(values: pl.Series, index: dict[Any, int]) -> I64:
-    """Positions of ``values`` in ``index`` (-1 for a value not in it), by one join on the
-    distinct values."""
-    import polars as pl
-
-    lookup = pl.DataFrame({"v": list(index), "i": list(index.values())},
-                          schema={"v": values.dtype, "i": pl.Int64})
-    joined = pl.DataFrame({"v": values}).join(lookup, on="v", how="left", maintain_order="left")
-    return joined["i"].fill_null(-1).to_numpy().astype(np.int64)
+        mask = (category != "step").to_numpy()
+        return entities(host.rows("category", mask), str, present, raw_names=False)
+    mask = category.is_in(KIND_CATEGORIES[kind]).to_numpy()
+    return entities(host.rows("name", mask), normalize, present, raw_names=True)
 
 
 def _launched_by(device: pl.DataFrame, kernels: list[dict[str, Any]]) -> dict[str, Any]:
@@ -378,11 +370,16 @@ def _rank_info(trace: Trace, ranks: list[int]) -> list[dict[str, Any]]:
     return info
 
 
-def _efficiency(trace: Trace, notes: list[str]) -> list[list[Any]] | None:
+def _efficiency(view: Trace, trace: Trace, notes: list[str]) -> list[list[Any]] | None:
+    import polars as pl
+
     from traceatlas.analysis.registry import run
 
     try:
-        table = run("efficiency", trace).table
+        try:
+            table = run("efficiency", view).table
+        except pl.exceptions.ColumnNotFoundError:  # a column the view did not load
+            table = run("efficiency", trace).table
     except MissingDataError as exc:
         notes.append(f"efficiency model not computed: {exc.problem}")
         return None
