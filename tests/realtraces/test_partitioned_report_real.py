@@ -1,8 +1,9 @@
 """``report`` on an engine: the analyses declared per rank run in rank batches (inline
 ``LocalEngine(1)``; a Dask LocalCluster of 2 worker processes), the rest whole; the
 report's JSON equals the report computed whole in one process (no engine: the code path
-every other report test checks). DLRM, 8 ranks (the report has no timing fields: the
-dicts are compared in full; through the CLI, all but the store path)."""
+every other report test checks). DLRM, 8 ranks, and Extrae LULESH, 20 MPI ranks (the
+report has no timing fields: the dicts are compared in full; through the CLI, all but the
+store path)."""
 
 from __future__ import annotations
 
@@ -117,3 +118,17 @@ def test_cli_report_engine_from_environment(dlrm: tuple[str, traceatlas.Trace],
     bad = CliRunner().invoke(app, ["report", dlrm[0], "-f", "json"])
     assert bad.exit_code == 2 and "--engine" in bad.output
     assert "Traceback" not in bad.output
+
+
+def test_report_mpi_trace_in_rank_batches_equals_whole(
+        traces_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Extrae LULESH (20 MPI ranks): the message analyses (mpi_wait), load_imbalance and
+    profile go through rank batches; the report equals the whole one."""
+    path = str(traces_dir / "profet-paraver/lulesh_7+1_with_uncores_sockets1+2.chop8.prv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = (path, traceatlas.open(path))
+        want = report_data.build([run]).to_dict()
+    seen = _spied(monkeypatch)
+    assert _report(run, LocalEngine(1)) == want
+    assert {"mpi_wait", "load_imbalance", "profile"} <= set(seen), seen
