@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich import box
+from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 
@@ -66,12 +67,27 @@ def two_line_width(text: str) -> int:
     """The narrowest column that shows ``text`` on at most two lines (word wrap at
     spaces; a text without spaces is folded in half)."""
     if "\n" in text:
-        return max(map(len, text.split("\n")))
-    n = len(text)
+        return max(map(cell_len, text.split("\n")))
+    n = cell_len(text)
     spaces = [i for i, ch in enumerate(text) if ch == " "]
-    if not spaces:
-        return math.ceil(n / 2)
-    return min(n, *(max(i, n - i - 1) for i in spaces))
+    if not spaces:  # a double-width character cannot be split: one cell more
+        return math.ceil(n / 2) + (n != len(text))
+    width = min(n, *(max(cell_len(text[:i]), cell_len(text[i + 1:])) for i in spaces))
+    if "  " in text or text != text.strip():  # runs of blanks: rich's own wrap decides
+        width = _wrapped_width(text, width, n)
+    return width
+
+
+def _wrapped_width(text: str, width: int, most: int) -> int:
+    """The narrowest width from ``width`` up to ``most`` at which rich wraps ``text`` on
+    at most two lines."""
+    from rich.console import Console
+
+    console = Console(width=max(most, 1))
+    while width < most and len(Text(text).wrap(console, max(width, 1),
+                                               overflow="fold")) > 2:
+        width += 1
+    return width
 
 
 @dataclass(frozen=True)
@@ -90,9 +106,9 @@ def fit(header: Sequence[str], rows: Sequence[Sequence[str]], width: int,
     it dropped from the right, and the spare space given to the columns that need the
     least of it to show on one line."""
     n = len(header)
-    natural = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+    natural = [max([len(h)] + [cell_len(r[i]) for r in rows]) for i, h in enumerate(header)]
     heads = [max(map(len, header_text(h).split("\n"))) for h in header]
-    minimum = [max([heads[i]] + [len(r[i]) if i < len(whole) and whole[i]
+    minimum = [max([heads[i]] + [cell_len(r[i]) if i < len(whole) and whole[i]
                                  else two_line_width(r[i]) for r in rows])
                for i in range(n)]
     minimum = [min(m, w) for m, w in zip(minimum, natural, strict=True)]
@@ -122,7 +138,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], width: int | Non
     if width is not None:
         header, rows, right = _ids_last(header, rows, right, width)
     if width is None:
-        layout = Layout([max([len(h)] + [len(r[i]) for r in rows])
+        layout = Layout([max([len(h)] + [cell_len(r[i]) for r in rows])
                          for i, h in enumerate(header)], [])
     else:
         layout = fit(header, rows, width, right)
@@ -148,7 +164,8 @@ def _ids_last(header: Sequence[str], rows: Sequence[Sequence[str]], right: Seque
               width: int) -> tuple[list[str], list[list[str]], list[bool]]:
     """When the natural widths do not fit ``width``, the id-like columns (but the first
     column) moved after the others, so the values are kept and the ids dropped first."""
-    natural = sum(max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header))
+    natural = sum(max([len(h)] + [cell_len(r[i]) for r in rows])
+                  for i, h in enumerate(header))
     order = list(range(len(header)))
     if natural + GAP * (len(header) - 1) > width:
         order = ([i for i in order if i == 0 or not _is_id(header[i])]
