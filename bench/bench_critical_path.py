@@ -9,6 +9,16 @@ h100-planted/healthy rank 0, 95 copies)::
 
     .venv/bin/python bench/bench_critical_path.py --store /work/hc2_bench/1gb.tastore \\
         --step 200 --hta-python /work/hta-venv/bin/python
+
+Cross-rank (``--multi``, written under ``cross_rank`` beside the earlier keys, which are
+kept): ``critical_path`` over a whole multi-rank store and over one step, wall and CPU
+seconds, the load average before and after, the path's share per rank and last arrivals.
+The 8-rank set: each DLRM worker (param-et_replay/dlrm_kineto.tar.gz) scaled with
+/work/shared/tools/scale_trace.py to the same period (``--gap-us`` = period - span) and
+its header's rank restored::
+
+    .venv/bin/python bench/bench_critical_path.py --multi /work/hc4/dlrm_1g.tastore \\
+        --multi-step 12
 """
 
 from __future__ import annotations
@@ -36,7 +46,9 @@ def _time(fn: Any, repeat: int) -> tuple[float, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--store", required=True)
+    ap.add_argument("--store", default="")
+    ap.add_argument("--multi", default="")
+    ap.add_argument("--multi-step", type=int, default=-1)
     ap.add_argument("--step", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--hta-python", default="")
@@ -45,6 +57,9 @@ def main() -> None:
     import traceatlas
     from traceatlas import analysis
 
+    if a.multi:
+        _cross_rank(a)
+        return
     out: dict[str, Any] = {"store": a.store, "step": a.step}
     trace = traceatlas.open(a.store)
     rows = trace.intervals.select("rank").collect().height
@@ -73,6 +88,43 @@ def main() -> None:
         cmp.append(row)
     out["hta_comparison"] = cmp
     Path(a.json_out).write_text(json.dumps(out, indent=1))
+    print(json.dumps(out, indent=1))
+
+
+def _cross_rank(a: argparse.Namespace) -> None:
+    """Whole trace and one step of a multi-rank store; merged into the results file."""
+    import os
+    import sys
+
+    import traceatlas
+    from traceatlas import analysis
+
+    trace = traceatlas.open(a.multi)
+    out: dict[str, Any] = {"command": " ".join(sys.argv), "store": a.multi,
+                           "ranks": len(trace.ranks),
+                           "intervals": trace.intervals.select("rank").collect().height,
+                           "store_mb": sum(p.stat().st_size for p in Path(a.multi).rglob("*")
+                                           if p.is_file()) / 1e6,
+                           "loadavg_before": os.getloadavg()}
+    for key, view in (("whole", trace), ("step", trace.select(step=a.multi_step)
+                                          if a.multi_step >= 0 else None)):
+        if view is None:
+            continue
+        c0, t0 = time.process_time(), time.perf_counter()
+        res = analysis.run("critical_path", view)
+        out[f"{key}_s"] = time.perf_counter() - t0
+        out[f"{key}_cpu_s"] = time.process_time() - c0
+        out[f"{key}_path_ns"] = int(res.table["on_path_ns"].sum())
+        out[f"{key}_segments"] = res.table.height
+        out[f"{key}_by_bound_ns"] = {b: n for b, n in res.extra["by_bound"].select(
+            "bound", "ns").iter_rows() if n}
+        out[f"{key}_by_rank"] = res.extra["by_rank"].to_dicts()
+        out[f"{key}_dependencies"] = dict(res.extra["dependencies"].iter_rows())
+    out["loadavg_after"] = os.getloadavg()
+    path = Path(a.json_out)
+    doc = json.loads(path.read_text()) if path.is_file() else {}
+    doc["cross_rank"] = out
+    path.write_text(json.dumps(doc, indent=1))
     print(json.dumps(out, indent=1))
 
 

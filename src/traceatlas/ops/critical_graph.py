@@ -150,8 +150,9 @@ class Builder:
             e["wmin"] = np.where((e["kind"] == K["chain"]) & blk[e["dst"]], 0, e["wmin"])
         ts, td = t[e["src"]], t[e["dst"]]
         ok = (ts < td) | ((ts == td) & (e["src"] < e["dst"]))
-        dropped = int((~ok).sum())
-        e = {k: v[ok] for k, v in e.items()}
+        dropped = len(ok) - int(np.count_nonzero(ok))
+        if dropped:
+            e = {k: v[ok] for k, v in e.items()}
         has_in = np.zeros(len(t), bool)
         has_in[0] = True
         has_in[e["dst"]] = True
@@ -234,9 +235,10 @@ def host_chains(b: Builder, extra: pl.DataFrame) -> None:
                            np.zeros(nx, np.int64)]).astype(np.int64)
     # one lexsort on 3 keys: (rank, track) packed, time, (class, depth) packed; the
     # same order as lexsort((p_sub, p_cls, p_t, p_track, p_rank))
-    order = np.lexsort((_pack(p_cls, p_sub), p_t, _pack(p_rank, p_track)))
-    ids = b.nodes(p_t[order], p_rank[order], p_track[order])
-    b.host = (ids, p_rank[order], p_track[order], p_t[order])
+    order = _order(_pack(p_rank, p_track), p_t, _pack(p_cls, p_sub))
+    t_sorted, r_sorted, tr_sorted = p_t[order], p_rank[order], p_track[order]
+    ids = b.nodes(t_sorted, r_sorted, tr_sorted)
+    b.host = (ids, r_sorted, tr_sorted, t_sorted)
     pos = np.empty(len(order), np.int64)
     pos[order] = np.arange(len(order))
     b.start_node[eid] = ids[pos[:m]]
@@ -251,12 +253,10 @@ def host_chains(b: Builder, extra: pl.DataFrame) -> None:
     owner = np.where(s_cls == 2, s_eid,
                      np.where(s_cls % 2 == 1, par_of[np.maximum(s_eid, 0)], -2))
     ends_open = ev["end_ns"].to_numpy()
-    t_sorted = p_t[order]
     closed = (owner >= 0) & (ends_open[np.maximum(owner, 0)] <= t_sorted) & (s_cls != 0)
     owner = np.where(closed, -1, owner)
     same = np.zeros(len(order), bool)
-    same[1:] = (p_rank[order][1:] == p_rank[order][:-1]) & (
-        p_track[order][1:] == p_track[order][:-1])
+    same[1:] = (r_sorted[1:] == r_sorted[:-1]) & (tr_sorted[1:] == tr_sorted[:-1])
     owner = _ffill_extra(owner, same)
     dl_cov = np.cumsum(p_dl[order]) > 0
     i = np.flatnonzero(same[1:])
@@ -272,6 +272,19 @@ def host_chains(b: Builder, extra: pl.DataFrame) -> None:
                      np.where(own_mpi, B["comm"],
                               np.where(own_sync, B["sync"], B["cpu"]))).astype(np.int64)
     b.edges.add(src, dst, gap, "chain", bound, own)
+
+
+def _order(k1: I64, k2: I64, k3: I64) -> I64:
+    """Stable order by (k1, k2, k3): one stable argsort of a packed int64 key when the
+    three ranges fit in 63 bits (a host chain: rank/track, time in the region, class and
+    depth), else ``np.lexsort``."""
+    if not len(k1):
+        return np.empty(0, np.int64)
+    spans = [int(k.max()) - int(k.min()) + 1 for k in (k1, k2, k3)]  # Python ints
+    if sum(x.bit_length() for x in spans) <= 62:
+        a, b_, c = k1 - k1.min(), k2 - k2.min(), k3 - k3.min()
+        return np.argsort((a * spans[1] + b_) * spans[2] + c, kind="stable")
+    return np.lexsort((k3, k2, k1))
 
 
 def _pack(hi: I64, lo: I64) -> I64:
