@@ -163,6 +163,38 @@ def _label_codes(labels: pl.DataFrame, merge_steps: bool) -> IntArray:
         names = labels["name"].gather(steps).cast(pl.String).fill_null("")
         name[steps[names.str.contains(STEP_RE).to_numpy()]] = -2
     key = (name + 2) * (int(cat.max(initial=0)) + 1) + cat
+    return _dense_codes(key)
+
+
+def _unique_inverse(key: IntArray) -> tuple[IntArray, IntArray]:
+    """``np.unique(key, return_inverse=True)``; by a presence table over the key range
+    when it is small, else by ``np.unique``'s sort."""
+    low = int(key.min())
+    span = int(key.max()) - low + 1
+    if span > 4 * len(key) + 1_000_000:
+        uniq, inverse = np.unique(key, return_inverse=True)
+        return uniq, inverse.ravel()
+    present = np.zeros(span, dtype=bool)
+    present[key - low] = True
+    rank = np.cumsum(present, dtype=np.int64) - 1
+    return np.flatnonzero(present) + low, rank[key - low]
+
+
+def _dense_codes(key: IntArray) -> IntArray:
+    """Dense rank of ``key`` from 0 (equal keys, equal codes; ordered as the keys):
+    a presence table over the key range when it is small (categorical codes), else a sort."""
+    import polars as pl
+
+    if len(key) == 0:
+        return np.zeros(0, np.int64)
+    low = int(key.min())
+    span = int(key.max()) - low + 1
+    if span <= 4 * len(key) + 1_000_000:
+        present = np.zeros(span, dtype=bool)
+        present[key - low] = True
+        rank = np.cumsum(present, dtype=np.int64) - 1
+        out: IntArray = rank[key - low]
+        return out
     codes: IntArray = pl.Series(key).rank("dense").cast(pl.Int64).to_numpy() - 1
     return codes
 
@@ -226,7 +258,7 @@ class _PathIds:
         if len(code) == 0:
             return np.zeros(0, np.int64)
         key = parent_node * self.n_labels + code
-        uniq, inverse = np.unique(key, return_inverse=True)
+        uniq, inverse = _unique_inverse(key)
         ids = np.empty(len(uniq), np.int64)
         new: list[int] = []
         for i, k in enumerate(uniq.tolist()):  # one step per distinct path, not per event
