@@ -191,6 +191,7 @@ def _read(con: sqlite3.Connection, uri: str, display: str, threads: int) -> list
                       DataQualityWarning, stacklevel=3)
         procs = [-1]
     events = nt.sort_events(loaded, threads)
+    loaded.ev = events.ev  # the rows as read, once (sort_events made them one chunk)
     host = _hostname(cat)
     thread_names = _thread_names(cat)
     ranks = _ranks(cat, thread_names)

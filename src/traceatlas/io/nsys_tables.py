@@ -67,13 +67,18 @@ def metric_devices(loaded: Loaded) -> list[int]:
 @dataclass
 class Sorted:
     """The events of every process, sorted: ``tracks`` (proc, kind, tid, device, stream,
-    track_id) by process and track, ``intervals`` (``EV`` columns + track_id) by
-    process, track, start and end descending, ``instants`` (marks + track_id) by
-    process, track and time, ``gm`` by device, time and name, ``p2p`` by process and
+    track_id) by process and track; ``ev`` the intervals (``EV`` columns) as read, with
+    ``order`` (row numbers by process, track, start and end descending: the nesting
+    order) and ``track`` (track id of each row as read); ``instants`` (marks + track_id)
+    by process, track and time, ``gm`` by device, time and name, ``p2p`` by process and
     start. Ties keep the order of reading."""
 
     tracks: pa.Table
-    intervals: pa.Table
+    ev: pa.Table
+    order: np.ndarray[Any, np.dtype[np.int64]]
+    track: np.ndarray[Any, np.dtype[np.int64]]
+    procs: np.ndarray[Any, np.dtype[np.int64]]
+    """Process of each row of ``order``."""
     instants: pa.Table
     gm: pa.Table
     p2p: pa.Table
@@ -84,6 +89,11 @@ class Sorted:
         procs = table["proc"].to_numpy()
         lo, hi = np.searchsorted(procs, [proc, proc + 1])
         return table.slice(int(lo), int(hi - lo))
+
+    def interval_rows(self, proc: int) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """Row numbers (into ``ev``) of process ``proc``'s intervals, in nesting order."""
+        lo, hi = np.searchsorted(self.procs, [proc, proc + 1])
+        return self.order[int(lo):int(hi)]
 
 
 def _with_rid(table: pa.Table, columns: tuple[str, ...]) -> pa.Table:
@@ -112,25 +122,25 @@ def _taken(con: duckdb.DuckDBPyConnection, table: pa.Table, sql: str) -> pa.Tabl
     return out
 
 
-def _sorted_intervals(con: duckdb.DuckDBPyConnection, ev: pa.Table) -> pa.Table:
-    """``ev`` with its track ids, by process, track, start and end descending (ties in
-    the order read: the sort is stable)."""
+def _interval_order(con: duckdb.DuckDBPyConnection, ev: pa.Table) -> tuple[
+        np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.int64]]]:
+    """(rows of ``ev`` by process, track, start and end descending, ties in the order
+    read: the sort is stable; the track id of every row as read)."""
     pairs = con.sql(f"SELECT e.rid, t.track_id FROM ev AS e JOIN trk AS t ON {_TRACK_KEY}"
                     ).to_arrow_table()
     track = np.full(ev.num_rows, -1, dtype=np.int64)
     track[pairs["rid"].to_numpy()] = pairs["track_id"].to_numpy()
     order = np.lexsort((-ev["end"].to_numpy(), ev["start"].to_numpy(), track,
                         ev["proc"].to_numpy()))
-    rows = pa.array(order)
-    out = pa.Table.from_arrays([_take(c, rows) for c in ev.columns], schema=ev.schema)
-    return out.append_column("track_id", pa.array(track[order]))
+    return order.astype(np.int64, copy=False), track
 
 
 def sort_events(loaded: Loaded, threads: int = 1) -> Sorted:
     """Number the tracks of every process (host threads by tid, then GPU streams and sync
     rows by device and stream) and sort every table for ``build_process``."""
     con = duckdb.connect(":memory:", config={"threads": max(1, threads)})
-    ev, mk = loaded.ev.unify_dictionaries(), loaded.mk.unify_dictionaries()
+    ev = loaded.ev.unify_dictionaries().combine_chunks()  # one gather per column later
+    mk = loaded.mk.unify_dictionaries()
     try:
         con.register("ev", _with_rid(ev, ("proc", "kind", "tid", "device", "stream", "start",
                                           "end")))
@@ -147,9 +157,10 @@ def sort_events(loaded: Loaded, threads: int = 1) -> Sorted:
                          coalesce(stream, -1) AS stream FROM ev
                   UNION SELECT proc, '{HOST}', tid, -1, -1 FROM mk)
         """)
+        order, track = _interval_order(con, ev)
         return Sorted(
             tracks=con.sql("SELECT * FROM trk ORDER BY proc, track_id").to_arrow_table(),
-            intervals=_sorted_intervals(con, ev),
+            ev=ev, order=order, track=track, procs=ev["proc"].to_numpy()[order],
             instants=_taken(con, mk, f"""
                 SELECT m.rid, t.track_id FROM mk AS m JOIN trk AS t
                   ON t.proc = m.proc AND t.kind = '{HOST}' AND t.tid = m.tid
@@ -176,7 +187,7 @@ class ProcessInfo:
 def build_process(events: Sorted, info: ProcessInfo, base_ns: int) -> dict[str, pa.Table]:
     """Tracks, intervals, instants and counters of one process (times + ``base_ns``)."""
     tracks = _tracks(events.rows_of(events.tracks, info.proc), info)
-    intervals = _intervals(events.rows_of(events.intervals, info.proc), base_ns)
+    intervals = _intervals(events, events.interval_rows(info.proc), base_ns)
     instants = _instants(events.rows_of(events.instants, info.proc), base_ns)
     counters, counter_tracks = _counters(events.gm, info, base_ns, tracks.num_rows)
     if counter_tracks is not None:
@@ -220,46 +231,73 @@ def _tracks(trk: pa.Table, info: ProcessInfo) -> pa.Table:
     })
 
 
-def _intervals(rows: pa.Table, base_ns: int) -> pa.Table:
-    track = rows["track_id"].to_numpy()
-    start = rows["start"].to_numpy() + base_ns
-    end = rows["end"].to_numpy() + base_ns
-    device_row = pc.not_equal(rows["kind"], HOST)
+def _intervals(events: Sorted, nesting: np.ndarray[Any, np.dtype[np.int64]],
+               base_ns: int) -> pa.Table:
+    """One process's intervals (``nesting``: its rows of ``events.ev`` in nesting order).
+
+    Depth, steps and the order of first use of names are computed in nesting order (as
+    the rows read); the rows come back by start, then track (stable: the order the store
+    writes, so the writer need not sort them again), each column gathered once.
+    """
+    ev = events.ev
+    rows = pa.array(nesting)
+    track = events.track[nesting]
+    start = ev["start"].to_numpy()[nesting] + base_ns
+    end = ev["end"].to_numpy()[nesting] + base_ns
+    device_row = pc.not_equal(_take(ev["kind"], rows), HOST)
     on_device = device_row.to_numpy(zero_copy_only=False).astype(bool)
-    name = _first_seen(rows["name"].combine_chunks())
-    category = _refine_categories(name, _text(rows["category"]))
+    name = _first_seen(_one(_take(ev["name"], rows)))
+    category = _refine_categories(name, _text(_take(ev["category"], rows)))
+    correlation = _one(_take(ev["correlation"], rows))
+    # the rows are in sort_for_nesting order (sort_events sorts them so, stably)
+    depth = nesting_depth(track, start, end, on_device)
+    steps = _steps(name, category, correlation, start, end, on_device)
+    final = np.lexsort((track, start))  # stable: by start, then track
+    out_rows = pa.array(nesting[final])
+    at = pa.array(final)
+    device_row = device_row.take(at)
+    name = name.take(at)
+    category = category.take(at)
     collective = _per_name(name, lambda n: _nccl_parts(n)[0])
     dtype = _per_name(name, lambda n: _nccl_parts(n)[1])
     is_comm = pc.equal(category, "comm_kernel")
-    table = pa.table({
-        "track_id": pa.array(track, pa.int32()),
+    start, end = start[final], end[final]
+    grid = [_take(ev[c], out_rows) for c in _GRID_COLUMNS]
+    return pa.table({
+        "track_id": pa.array(track[final], pa.int32()),
         "start_ns": pa.array(start, pa.int64()),
         "end_ns": pa.array(end, pa.int64()),
         "dur_ns": pa.array(end - start, pa.int64()),
         "name": name,
         "category": category,
-        "source_category": _text(rows["source_category"]),
-        "correlation": rows["correlation"].combine_chunks(),
-        "bytes": rows["bytes"].combine_chunks(),
-        "device": pc.if_else(device_row, rows["device"], None).cast(pa.int32())
-        .combine_chunks(),
-        "stream": pc.if_else(device_row, rows["stream"], None).combine_chunks(),
+        "source_category": _text(_take(ev["source_category"], out_rows)),
+        "correlation": correlation.take(at),
+        "bytes": _one(_take(ev["bytes"], out_rows)),
+        "device": pc.if_else(device_row, _take(ev["device"], out_rows), None)
+        .cast(pa.int32()),
+        "stream": pc.if_else(device_row, _take(ev["stream"], out_rows), None),
         "collective": pc.if_else(is_comm, collective, pa.scalar(None, pa.string())),
         "dtype": pc.if_else(is_comm, dtype, pa.scalar(None, pa.string())),
-        "grid": _triples(rows["gx"], rows["gy"], rows["gz"]),
-        "block": _triples(rows["bx"], rows["by"], rows["bz"]),
-        "memcpy_kind": _text(rows["memcpy_kind"]),
-        "args": rows["args"].combine_chunks(),
+        "grid": _triples(*grid[:3]),
+        "block": _triples(*grid[3:]),
+        "memcpy_kind": _text(_take(ev["memcpy_kind"], out_rows)),
+        "args": _one(_take(ev["args"], out_rows)),
+        "depth": pa.array(depth[final], pa.int32()),
+        "step": pa.array(steps[final], pa.int32()),
     })
-    # the rows are in sort_for_nesting order already (sort_events sorts them so, stably)
-    depth = nesting_depth(track, start, end, on_device)
-    table = table.append_column("depth", pa.array(depth, pa.int32()))
-    return table.append_column("step", pa.array(_steps(table, start, on_device), pa.int32()))
 
 
-def _text(column: pa.ChunkedArray) -> pa.Array:
+_GRID_COLUMNS = ("gx", "gy", "gz", "bx", "by", "bz")
+
+
+def _one(values: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """``values`` as one array."""
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+
+
+def _text(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     """A (dictionary) text column as one plain string array."""
-    return column.cast(pa.string()).combine_chunks()
+    return _one(column.cast(pa.string()))
 
 
 def _first_seen(values: pa.DictionaryArray) -> pa.DictionaryArray:
@@ -319,20 +357,23 @@ def _triples(x: pa.ChunkedArray, y: pa.ChunkedArray, z: pa.ChunkedArray) -> pa.A
     return lists
 
 
-def _steps(table: pa.Table, start: np.ndarray[Any, np.dtype[np.int64]],
+def _steps(name: pa.DictionaryArray, category: pa.Array, correlation: pa.Array,
+           start: np.ndarray[Any, np.dtype[np.int64]],
+           end: np.ndarray[Any, np.dtype[np.int64]],
            device: np.ndarray[Any, np.dtype[np.bool_]]) -> np.ndarray[Any, np.dtype[np.int64]]:
     """Host rows: the ProfilerStep range holding their start; device rows: the step of
-    the runtime call with the same correlation id; -1 without ProfilerStep ranges."""
-    is_step = pc.equal(table["category"], "step")
+    the runtime call with the same correlation id (the first in row order when
+    repeated); -1 without ProfilerStep ranges. Times in ns."""
+    is_step = pc.equal(category, "step")
     if not pc.any(is_step).as_py():
-        return np.full(table.num_rows, -1, dtype=np.int64)
-    names = pc.filter(table["name"], is_step).to_pylist()
+        return np.full(len(start), -1, dtype=np.int64)
+    names = pc.filter(name, is_step).cast(pa.string()).to_pylist()
     numbers = np.array([int(STEP_RE.match(n).group(1)) for n in names],  # type: ignore[union-attr]
                        dtype=np.int64)
-    steps = step_of_time(start, pc.filter(table["start_ns"], is_step).to_numpy(),
-                         pc.filter(table["end_ns"], is_step).to_numpy(), numbers)
-    has_corr = pc.is_valid(table["correlation"]).to_numpy(zero_copy_only=False)
-    corr = pc.fill_null(table["correlation"], 0).to_numpy()
+    mask = is_step.to_numpy(zero_copy_only=False).astype(bool)
+    steps = step_of_time(start, start[mask], end[mask], numbers)
+    has_corr = pc.is_valid(correlation).to_numpy(zero_copy_only=False)
+    corr = pc.fill_null(correlation, 0).to_numpy()
     launch = ~device & has_corr
     steps[device] = step_of_launch(corr[device], has_corr[device], corr[launch], steps[launch])
     return steps

@@ -1,0 +1,106 @@
+"""nsys ingest before/after (issue 14): ``traceatlas ingest X.sqlite -o S`` end to end.
+
+Input: ``nsys-ai/h100_2gpu_1s.sqlite`` replicated ``--copies`` times in time by
+``bench_formats.scale_nsys`` (x40: 79 MB, 1.09 M intervals). "before" is a copy of the
+current ``src`` with ``io/nsys*.py`` taken from ``--base`` (so only the reader differs);
+"after" is ``src``. Runs alternate between the two, ``--repeat`` times each, each in a
+fresh process; per run: wall s, CPU s (user + system of the process tree), peak RSS, and
+the load average (``os.getloadavg()``) just before it. The machine is shared: CPU time is
+the steadier figure, and best-of-N is reported.
+
+Example::
+
+    .venv/bin/python bench/bench_nsys.py --json-out bench/results_nsys.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+sys.path.insert(0, str(BENCH_DIR))
+
+from bench_formats import NSYS_SOURCE, scale_nsys  # noqa: E402
+
+
+def old_tree(base: str, out: Path) -> Path:
+    """A copy of ``src`` with the nsys reader's modules of commit ``base``."""
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(REPO / "src", out, ignore=shutil.ignore_patterns("__pycache__"))
+    io = out / "traceatlas" / "io"
+    for path in sorted(io.glob("nsys*.py")):
+        rel = f"src/traceatlas/io/{path.name}"
+        done = subprocess.run(["git", "-C", str(REPO), "show", f"{base}:{rel}"],
+                              capture_output=True, text=True, check=False)
+        if done.returncode == 0:
+            path.write_text(done.stdout)
+    return out
+
+
+def measure(src: Path, args: list[str]) -> dict[str, Any]:
+    """One ``traceatlas`` process on source tree ``src``: wall, CPU, peak RSS."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    load = os.getloadavg()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", "from traceatlas.cli.main import main; main()",
+                           *args], env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, check=False)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{src}: {' '.join(args)} failed:\n{done.stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+            "maxrss_mb": round(after.ru_maxrss / 1024, 1), "loadavg": [round(x, 2) for x in load]}
+
+
+def main() -> None:
+    """Command line entry point."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gen-dir", type=Path, default=Path("/tmp/tabench/nsys"))
+    ap.add_argument("--copies", type=int, default=40)
+    ap.add_argument("--base", default="9b541c8", help="commit of the 'before' reader")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json-out", type=Path)
+    args = ap.parse_args()
+    args.gen_dir.mkdir(parents=True, exist_ok=True)
+    sqlite = args.gen_dir / f"nsys_x{args.copies}.sqlite"
+    if not sqlite.exists():
+        scale_nsys(NSYS_SOURCE, sqlite, args.copies)
+    trees = {"before": old_tree(args.base, args.gen_dir / "src_before"),
+             "after": REPO / "src"}
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in trees}
+    for _ in range(args.repeat):
+        for label, src in trees.items():
+            store = args.gen_dir / f"{label}.tastore"
+            shutil.rmtree(store, ignore_errors=True)
+            runs[label].append(measure(src, ["ingest", str(sqlite), "-o", str(store)]))
+            print(label, runs[label][-1], flush=True)
+    summary = {label: {"best_wall_s": min(r["wall_s"] for r in rs),
+                       "best_cpu_s": min(r["cpu_s"] for r in rs),
+                       "best_maxrss_mb": min(r["maxrss_mb"] for r in rs)}
+               for label, rs in runs.items()}
+    record = {
+        "command": f"traceatlas ingest {sqlite.name} -o S",
+        "bench": " ".join(["bench/bench_nsys.py", *sys.argv[1:]]),
+        "input_bytes": sqlite.stat().st_size, "copies": args.copies, "base": args.base,
+        "cores": os.cpu_count(), "runs": runs, "best": summary,
+    }
+    print(json.dumps(summary, indent=1))
+    if args.json_out:
+        args.json_out.write_text(json.dumps(record, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
