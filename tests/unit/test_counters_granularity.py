@@ -176,3 +176,18 @@ def test_by_op_cupti_ranges(tmp_path: Path) -> None:
     assert got["aten::mm"] == (2, pytest.approx(20.0), pytest.approx(10.0))
     assert got["aten::linear"] == (1, pytest.approx(5.0), pytest.approx(0.0))
     assert got[None] == (1, pytest.approx(7.0), pytest.approx(0.0))
+
+
+def test_rank_batches_equal_whole_run(trace: traceatlas.Trace) -> None:
+    # one rank per batch: rank 1 has no nvjet_b column; the merge joins by name
+    from traceatlas.analysis import partitioned
+    from traceatlas.engine import LocalEngine
+
+    whole = analysis.run("counters", trace, {"by": "annotation"})
+    counters = analysis.registry.get_analysis("counters")
+    typed = analysis.registry.parse_params(counters, {"by": "annotation"})
+    split = partitioned.run_partitioned(counters, trace, typed, LocalEngine(1),
+                                        ranks_per_task=1)
+    assert split.table.equals(whole.table)
+    assert split.extra["gemm_tensor"].equals(whole.extra["gemm_tensor"])
+    assert split.extra["bound"].equals(whole.extra["bound"])

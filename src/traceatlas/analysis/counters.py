@@ -48,11 +48,12 @@ the op stack; it has no sampled metrics and no classification.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis import counters_instances as ci
 from traceatlas.analysis.base import Param, Result
+from traceatlas.analysis.partitioned import concat_counts
 
 if TYPE_CHECKING:
     import polars as pl
@@ -67,6 +68,7 @@ ATTRIBUTION = {"op": ("cpu_op",), "annotation": ("annotation", "nvtx")}
 """Span categories an instance is attributed to (innermost holding its launch)."""
 GEMM_KERNELS = r"(?i)gemm|nvjet|cutlass|xmma|cublas|wgmma|hmma|matmul"
 TENSOR_COUNTERS = r"(?i)^tensor (active|activity)|pipe_tensor"
+GEMM_INDEX = ("rank", "counter", "source")
 
 
 class Counters:
@@ -95,7 +97,24 @@ class Counters:
     requires = ("counters",)
     """Counter samples or CUPTI range events (``requirements.REQUIREMENTS``)."""
     partition = "rank"
-    """Per rank: results concatenate (``analysis.partitioned``)."""
+    """Per rank: results concatenate (``analysis.partitioned``); ``gemm_tensor`` by
+    column name, its kernel columns sorted (``merge``)."""
+
+    @staticmethod
+    def merge(partials: Sequence[Result], params: Mapping[str, Any]) -> Result:
+        """``concat_counts`` of the per-rank results; ``gemm_tensor`` joined by column
+        name (a GEMM kernel absent from a rank batch: null there)."""
+        import polars as pl
+
+        wide = [p.extra["gemm_tensor"] for p in partials if "gemm_tensor" in p.extra]
+        rest = [Result(p.table, {k: v for k, v in p.extra.items() if k != "gemm_tensor"},
+                       p.notes) for p in partials]
+        merged = concat_counts(rest, params)
+        if wide:
+            frame = pl.concat(wide, how="diagonal_relaxed")
+            kernels = sorted(c for c in frame.columns if c not in GEMM_INDEX)
+            merged.extra["gemm_tensor"] = frame.select(*GEMM_INDEX, *kernels)
+        return merged
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """Per ``by`` group and counter: kernels, samples, mean, std, min, max, cv; extra
