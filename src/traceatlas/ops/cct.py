@@ -155,15 +155,26 @@ def _label_codes(labels: pl.DataFrame, merge_steps: bool) -> IntArray:
     names share one code when ``merge_steps`` (named ``STEP_MERGED`` in the node table)."""
     import polars as pl
 
-    name = labels["name"].cast(pl.Categorical).to_physical().to_numpy().astype(np.int64)
+    name = _sorted_codes(labels["name"])
     name[labels["name"].is_null().to_numpy()] = -1
-    cat = labels["category"].cast(pl.Categorical).to_physical().to_numpy().astype(np.int64)
+    cat = _sorted_codes(labels["category"])
     if merge_steps:
         steps = np.flatnonzero((labels["category"].cast(pl.String) == "step").to_numpy())
         names = labels["name"].gather(steps).cast(pl.String).fill_null("")
         name[steps[names.str.contains(STEP_RE).to_numpy()]] = -2
     key = (name + 2) * (int(cat.max(initial=0)) + 1) + cat
     return _dense_codes(key)
+
+
+def _sorted_codes(values: pl.Series) -> IntArray:
+    """A code per row from the values in sorted order, so node ids do not depend on the
+    order in which a categorical's strings were first seen (run to run)."""
+    import polars as pl
+
+    text = values.cast(pl.String)
+    levels = text.drop_nulls().unique().sort()
+    return text.cast(pl.Enum(levels.to_list())).to_physical().fill_null(0).to_numpy(
+    ).astype(np.int64)
 
 
 def _unique_inverse(key: IntArray) -> tuple[IntArray, IntArray]:
