@@ -107,7 +107,10 @@ take over chunks; string offsets are 32-bit)."""
 
 
 def _take(column: pa.ChunkedArray, rows: pa.Array) -> pa.ChunkedArray | pa.Array:
-    if column.num_chunks > 1 and column.nbytes < _TAKE_COMBINED_MAX:
+    """``column[rows]``, one array unless the column is too large to be one."""
+    if column.num_chunks == 1:  # a chunked take of one chunk copies it whole first
+        return column.chunk(0).take(rows)
+    if column.nbytes < _TAKE_COMBINED_MAX:
         return column.combine_chunks().take(rows)
     return column.take(rows)
 
