@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from traceatlas.io.reading import RankData
 from traceatlas.io.registry import detect
@@ -121,9 +120,12 @@ def _write_rank(store: Path, rank_data: RankData, sub: int, index: int) -> dict[
     for name, found in tables.items():
         table = found if found is not None else empty_table(name).drop_columns(["rank"])
         if rank_data.rank is None:
-            path = store / STAGING / f"{index}-{sub}" / f"{name}.parquet"
+            # staged as an uncompressed Arrow IPC stream: read back once by ``unstage``,
+            # so Parquet encoding and compression would only cost time
+            path = store / STAGING / f"{index}-{sub}" / f"{name}.arrows"
             path.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(table, path)
+            with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as out:
+                out.write_table(table)
             rows[name] = table.num_rows
         else:
             rows[name] = write_part(store, name, rank_data.rank, table)
@@ -133,5 +135,7 @@ def _write_rank(store: Path, rank_data: RankData, sub: int, index: int) -> dict[
 def unstage(store: Path, result: PartitionResult, rank: int) -> None:
     """Move a staged partition into place under ``rank``."""
     staged = store / STAGING / result.staging_dir
-    for path in sorted(staged.glob("*.parquet")):
-        write_part(store, path.stem, rank, pq.read_table(path))
+    for path in sorted(staged.glob("*.arrows")):
+        with pa.OSFile(str(path), "rb") as source:
+            table = pa.ipc.open_stream(source).read_all()
+        write_part(store, path.stem, rank, table)
