@@ -261,8 +261,8 @@ def _intervals(events: Sorted, nesting: np.ndarray[Any, np.dtype[np.int64]],
     device_row = device_row.take(at)
     name = name.take(at)
     category = category.take(at)
-    collective = _per_name(name, lambda n: _nccl_parts(n)[0])
-    dtype = _per_name(name, lambda n: _nccl_parts(n)[1])
+    collective = _per_name(name, lambda n: _nccl_parts(n)[0], "ccl")
+    dtype = _per_name(name, lambda n: _nccl_parts(n)[1], "ccl")
     is_comm = pc.equal(category, "comm_kernel")
     start, end = start[final], end[final]
     grid = [_take(ev[c], out_rows) for c in _GRID_COLUMNS]
@@ -317,9 +317,20 @@ def _first_seen(values: pa.DictionaryArray) -> pa.DictionaryArray:
                                           values.dictionary.take(pa.array(codes)))
 
 
-def _per_name(name: pa.DictionaryArray, fn: Callable[[str], Any]) -> pa.Array:
-    """``fn`` once per distinct name, expanded to every row."""
-    values = pa.array([fn(n) for n in name.dictionary.to_pylist()])
+def _per_name(name: pa.DictionaryArray, fn: Callable[[str], Any], needle: str,
+              default: Any = None, *, ignore_case: bool = True) -> pa.Array:
+    """``fn`` once per distinct name, expanded to every row. Only names holding the
+    substring ``needle`` (ASCII case ignored unless told) are passed to ``fn``: the
+    others get ``default``, which must be what ``fn`` gives for them."""
+    texts = name.dictionary
+    hits: np.ndarray[Any, np.dtype[np.intp]] = np.flatnonzero(
+        pc.match_substring(texts, needle, ignore_case=ignore_case)
+        .to_numpy(zero_copy_only=False)) if len(texts) else np.zeros(0, dtype=np.intp)
+    found = [fn(n) for n in texts.take(pa.array(hits, pa.int64())).to_pylist()]
+    listed: list[Any] = [default] * len(texts)
+    for i, value in zip(hits, found, strict=True):
+        listed[int(i)] = value
+    values = pa.array(listed)
     if len(values) == 0:
         return pa.nulls(len(name), pa.string())
     return pc.take(values, name.indices)
@@ -328,8 +339,11 @@ def _per_name(name: pa.DictionaryArray, fn: Callable[[str], Any]) -> pa.Array:
 def _refine_categories(name: pa.DictionaryArray, category: pa.Array) -> pa.Array:
     """``kernel`` -> ``comm_kernel`` for NCCL/RCCL names; ``nvtx`` -> ``step`` for
     ``ProfilerStep#N`` ranges (as the Kineto reader does)."""
-    comm = _per_name(name, lambda n: bool(COMM_KERNEL_RE.search(n)))
-    step = _per_name(name, lambda n: bool(STEP_RE.match(n)))
+    # every match of COMM_KERNEL_RE (nccl|rccl, case ignored) holds "ccl", and every
+    # match of STEP_RE starts with "ProfilerStep"
+    comm = _per_name(name, lambda n: bool(COMM_KERNEL_RE.search(n)), "ccl", False)
+    step = _per_name(name, lambda n: bool(STEP_RE.match(n)), "ProfilerStep", False,
+                     ignore_case=False)
     comm = pc.and_(pc.equal(category, "kernel"), pc.cast(comm, pa.bool_()))
     step = pc.and_(pc.equal(category, "nvtx"), pc.cast(step, pa.bool_()))
     return pc.if_else(comm, "comm_kernel", pc.if_else(step, "step", category))
