@@ -346,14 +346,8 @@ def _host(trace: Trace, view: Trace, region: Region, rows: Rows, notes: list[str
         b_seg.select("rank", pl.col("end_ns").alias("ts"), zero.alias("d"),
                      pl.lit(-1).alias("b")),
     ])
-    level = (events.group_by("rank", "ts").agg(pl.col("d").sum(), pl.col("b").sum())
-             .sort("rank", "ts")
-             .with_columns(level=pl.col("d").cum_sum().over("rank"),
-                           blocked=pl.col("b").cum_sum().over("rank"),
-                           nxt=pl.col("ts").shift(-1).over("rank")))
-    proc = (level.filter((pl.col("level") > 0) & (pl.col("blocked") <= 0)
-                         & pl.col("nxt").is_not_null())
-            .group_by("rank").agg((pl.col("nxt") - pl.col("ts")).sum().alias("useful_ns")))
+    proc = events.map_batches(_useful_by_rank,
+                              schema={"rank": pl.Int32, "useful_ns": pl.Int64})
 
     def total(frame: pl.LazyFrame, name: str) -> pl.LazyFrame:
         return frame.group_by(keys).agg((pl.col("end_ns") - pl.col("start_ns")).sum()
@@ -414,6 +408,30 @@ def _host(trace: Trace, view: Trace, region: Region, rows: Rows, notes: list[str
     }, schema_overrides={"device": pl.Int32, "rank": pl.Int32, "comm_kernel_ns": pl.Int64,
                          "transfer_ns": pl.Int64}).select(*PER_RANK_COLUMNS))
     return per_t.select(*keys, "useful_ns")
+
+
+def _useful_by_rank(events: pl.DataFrame) -> pl.DataFrame:
+    """Per rank (columns rank, useful_ns), the ns during which the thread level (running
+    sum of ``d``) is > 0 and no helper-thread collective runs (running sum of ``b`` <= 0),
+    from the +-1 events (rank, ts, d, b): one sort by (rank, ts). Each rank's ``d`` and
+    ``b`` sum to 0, so one running sum over all ranks is each rank's own; events at the
+    same ts add no time between them, so the level after the last of them counts."""
+    import numpy as np
+    import polars as pl
+
+    rank = events["rank"].to_numpy().astype(np.int64, copy=False)
+    ts = events["ts"].to_numpy().astype(np.int64, copy=False)
+    order = np.lexsort((ts, rank))
+    r, t = rank[order], ts[order]
+    level = np.cumsum(events["d"].to_numpy()[order], dtype=np.int64)
+    blocked = np.cumsum(events["b"].to_numpy()[order], dtype=np.int64)
+    ok = (r[1:] == r[:-1]) & (level[:-1] > 0) & (blocked[:-1] <= 0)
+    gap, rr = (t[1:] - t[:-1])[ok], r[:-1][ok]
+    first = np.flatnonzero(np.r_[True, rr[1:] != rr[:-1]]) if len(rr) else np.zeros(0, int)
+    return pl.DataFrame({
+        "rank": pl.Series("rank", rr[first], dtype=pl.Int32),
+        "useful_ns": pl.Series("useful_ns", np.add.reduceat(gap, first) if len(first)
+                               else gap, dtype=pl.Int64)})
 
 
 def _has(view: Trace, category: str) -> bool:
