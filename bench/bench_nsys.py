@@ -2,7 +2,8 @@
 
 Input: ``nsys-ai/h100_2gpu_1s.sqlite`` replicated ``--copies`` times in time by
 ``bench_formats.scale_nsys`` (x40: 79 MB, 1.09 M intervals). "before" is a copy of the
-current ``src`` with ``io/nsys*.py`` taken from ``--base`` (so only the reader differs);
+current ``src`` with ``io/nsys*.py`` and ``ingest/partition.py`` (staging) taken from
+``--base`` (so only those differ);
 "after" is ``src``. Runs alternate between the two, ``--repeat`` times each, each in a
 fresh process; per run: wall s, CPU s (user + system of the process tree), peak RSS, and
 the load average (``os.getloadavg()``) just before it. The machine is shared: CPU time is
@@ -18,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -32,14 +32,17 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from bench_formats import NSYS_SOURCE, scale_nsys  # noqa: E402
 
+CHANGED = ("io/nsys*.py", "ingest/partition.py")
+"""The files the speed work changed (taken from ``--base`` for "before")."""
+
 
 def old_tree(base: str, out: Path) -> Path:
-    """A copy of ``src`` with the nsys reader's modules of commit ``base``."""
+    """A copy of ``src`` with the files of ``CHANGED`` as they were at commit ``base``."""
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(REPO / "src", out, ignore=shutil.ignore_patterns("__pycache__"))
-    io = out / "traceatlas" / "io"
-    for path in sorted(io.glob("nsys*.py")):
-        rel = f"src/traceatlas/io/{path.name}"
+    pkg = out / "traceatlas"
+    for path in sorted(p for pattern in CHANGED for p in pkg.glob(pattern)):
+        rel = f"src/traceatlas/{path.relative_to(pkg).as_posix()}"
         done = subprocess.run(["git", "-C", str(REPO), "show", f"{base}:{rel}"],
                               capture_output=True, text=True, check=False)
         if done.returncode == 0:
@@ -48,21 +51,25 @@ def old_tree(base: str, out: Path) -> Path:
 
 
 def measure(src: Path, args: list[str]) -> dict[str, Any]:
-    """One ``traceatlas`` process on source tree ``src``: wall, CPU, peak RSS."""
+    """One ``traceatlas`` process on source tree ``src``: wall, CPU (user + system of it
+    and its waited-for children) and peak RSS, from ``wait4`` of that process alone."""
     env = {**os.environ, "PYTHONPATH": str(src)}
     load = os.getloadavg()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", "from traceatlas.cli.main import main; main()",
-                           *args], env=env, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, check=False)
+    proc = subprocess.Popen([sys.executable, "-c",
+                             "from traceatlas.cli.main import main; main()", *args],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    _pid, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise SystemExit(f"{src}: {' '.join(args)} failed:\n{done.stderr[-2000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
-            "maxrss_mb": round(after.ru_maxrss / 1024, 1), "loadavg": [round(x, 2) for x in load]}
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{src}: {' '.join(args)} failed:\n{err[-2000:]}")
+    return {"wall_s": round(wall, 3), "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+            "maxrss_mb": round(usage.ru_maxrss / 1024, 1),
+            "loadavg": [round(x, 2) for x in load]}
 
 
 def main() -> None:
