@@ -95,3 +95,22 @@ def test_cut_definitions_no_traceback(archive: Path, tmp_path: Path) -> None:
     assert "Traceback" not in result.output and "unhandled python" not in result.output
     (line,) = result.stderr.splitlines()
     assert line.startswith("error: ") and str(copy / "traces.otf2") in line
+
+
+def test_a_key_error_from_damaged_definitions_is_one_line(
+        archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cut-definitions case above failed once in a full CI run with exit 1 (KeyError(0)
+    escaping from reading the definitions, order-dependent): a KeyError while the archive's
+    definitions are read is a damaged archive, exit 2 with one line."""
+    import traceatlas.io.otf2 as reader_module
+
+    def broken(defs: object) -> None:
+        raise KeyError(0)
+
+    monkeypatch.setattr(reader_module, "_layout", broken)
+    copy = tmp_path / "k"
+    shutil.copytree(archive.parent, copy)
+    result = CliRunner().invoke(app, ["info", str(copy / "traces.otf2")])
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: ") and "damaged definitions" in line

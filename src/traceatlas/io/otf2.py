@@ -125,6 +125,9 @@ class Otf2Reader:
                     reader.close()
         except (_otf2.Error, otf2.error.Error) as exc:
             raise CorruptTraceError(source.display, _problem(exc, captured)) from exc
+        except (KeyError, IndexError) as exc:  # a definition referenced but never read
+            raise CorruptTraceError(source.display, "damaged definitions: "
+                                    + _problem(exc, captured)) from exc
         errors = [m.group(1) for m in map(_OTF2_ERROR_LINE.search, captured) if m]
         if any(_PYTHON_CALLBACK in line for line in captured):
             errors.append(next(ln.strip() for ln in reversed(captured) if ln.strip()))
