@@ -18,7 +18,7 @@ from traceatlas.cli.main import app
 pytestmark = pytest.mark.realtrace
 
 COLUMNS = ["rank", "rule", "statement", "cost_ns", "evidence", "next_step", "command",
-           "severity", "cause", "ranks", "per_step", "where", "view"]
+           "severity", "cause", "ranks", "per_step", "where", "view", "cost_bytes"]
 TRACES = {
     "dlrm": "param-et_replay/dlrm_kineto.tar.gz",
     "nsys": "nsys-ai/h100_2gpu_1s.sqlite",
