@@ -25,7 +25,10 @@ when gpu_compute dominates), shlex-quoted.
 Ranking (``order``): once the path is known, a time finding whose ``where`` names a
 kernel or op (and no annotation), none of them on the path, gets "off the critical path
 of step N" in its evidence, and never ranks above this rule's finding: it moves to just
-after it (the other findings keep their cost order).
+after it (the other findings keep their cost order). This rule's finding (severity info, a
+summary of the step whose cost is time other findings also name) never ranks above a
+high-severity time finding on the path. When the path is launch-bound and the rank already
+replays CUDA graphs, the next step says so instead of suggesting graphs.
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ PROBLEM: Mapping[str, str] = {
                  "prefetching.",
 }
 """Problem bound -> the next step."""
+GRAPHED_LAUNCH = ("Launches are late, and the step already replays CUDA graphs ({graphs} "
+                  "graph launches on the path's ranks): the late launches are outside "
+                  "them: fuse those small ops or batch small tensors.")
 _KEY = "critical_path@step"
 DEVICE = ("kernel", "comm_kernel", "memcpy", "memset")
 MAX_WHOLE_ROWS = 2_000_000
@@ -127,6 +133,9 @@ def check(ctx: Context) -> list[Finding]:
     if bound in PROBLEM:
         per = _exposed(ctx, inside, bound)
         next_step = PROBLEM[bound]
+        graphs = _graph_launches(ctx, sorted({int(r) for r in path["rank"].unique()}))
+        if bound == "launch" and graphs:
+            next_step = GRAPHED_LAUNCH.format(graphs=graphs)
         command = ctx.command(NAME, *options)
     elif bound == "gpu_compute":
         kernels = _top_events(path, "gpu_compute")
@@ -253,6 +262,26 @@ def order(ctx: Context, ranked: list[Finding]) -> list[Finding]:
     mine = next((i for i, f in enumerate(ranked) if f.rule == NAME), None)
     if mine is None:
         return ranked
-    before = ranked[:mine]
-    return ([f for f in before if id(f) not in off] + [ranked[mine]]
-            + [f for f in before if id(f) in off] + ranked[mine + 1:])
+    path_finding = ranked[mine]
+    rest = ranked[:mine] + ranked[mine + 1:]
+    # The path finding summarises the step (its cost is time other findings also name):
+    # the specific high-severity findings on the path come first, then it, then the rest
+    # in cost order, work off the path after it.
+    high = [f for f in rest if f.severity == "high" and id(f) not in off
+            and f.cost_bytes is None]
+    after = [f for f in rest if f not in high]
+    position = {id(f): i for i, f in enumerate(ranked)}
+    before = [f for f in after if id(f) not in off and position[id(f)] < mine]
+    return (high + before + [path_finding]
+            + [f for f in after if f not in before])
+
+
+def _graph_launches(ctx: Context, ranks: list[int]) -> int:
+    """CUDA graph launch calls on ``ranks`` (``launch``'s ``graphs`` table), 0 when the
+    launch analysis does not apply."""
+    import polars as pl
+
+    launch = ctx.result("launch")
+    if launch is None or "graphs" not in launch.extra:
+        return 0
+    return int(launch.extra["graphs"].filter(pl.col("rank").is_in(ranks)).height)
