@@ -41,8 +41,23 @@ def test_ranked_findings(trace: tuple[str, traceatlas.Trace]) -> None:
     assert not [n for n in result.notes if "efficiency analysis failed" in n], result.notes
     assert table.columns == COLUMNS
     assert table.height >= 1, name
-    costs = table["cost_ns"].to_list()
-    assert costs == sorted(costs, reverse=True) and min(costs) > 0
+    rows = table.to_dicts()
+    assert min(r["cost_ns"] for r in rows) > 0
+    # Order (advisor/critical_path.py): time findings by cost, except that the
+    # critical-path summary never ranks above a high-severity finding on the path, and
+    # findings about work off the path come after it (each group still by cost).
+    off = [r for r in rows if "off the critical path" in r["evidence"]]
+    path = [r for r in rows if r["rule"] == "critical_path"]
+    on = [r for r in rows if r not in off and r not in path]
+    for group in (on, off):
+        costs = [r["cost_ns"] for r in group]
+        assert costs == sorted(costs, reverse=True), (name, costs)
+    if path:
+        at = rows.index(path[0])
+        assert all(rows.index(r) > at for r in off), name
+        assert all(rows.index(r) < at for r in on if r["severity"] == "high"), name
+    else:
+        assert not off, name
     assert table["rank"].to_list() == list(range(1, table.height + 1))
     assert set(table["severity"]) <= {"high", "info"}
     assert all(c.startswith("traceatlas analyze ") for c in table["command"])

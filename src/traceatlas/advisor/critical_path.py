@@ -121,7 +121,8 @@ def check(ctx: Context) -> list[Finding]:
         return []
     bound, ns, share = by.row(0)
     where_words = f"step {step}" if step is not None else "the run"
-    others = ", ".join(f"{b} {s:.0%}" for b, _, s in by.slice(1, 3).iter_rows())
+    others = ", ".join(f"{b} {s:.0%}" for b, _, s in by.slice(1, 3).iter_rows()
+                       if s >= 0.005)
     statement = (f"{where_words} is {share:.0%} {bound}-bound on the critical path"
                  + (f" ({others})" if others else ""))
     path = result.table
@@ -148,7 +149,7 @@ def check(ctx: Context) -> list[Finding]:
         statement += (f"; the top kernel on it is {short_name(kernel)} "
                       f"({k_ns / max(int(ns), 1):.0%} of the path's GPU time)")
         next_step = ("The GPU work is the path: speed up the kernels on it. Ask the "
-                     "what-if first: the command below says how much the step shortens "
+                     "what-if first: its command says how much the step shortens "
                      "if that kernel runs twice as fast.")
         command = ctx.command(NAME, *options, "-p",
                               f"speedup=^{re.escape(kernel)}$:2")
@@ -263,17 +264,17 @@ def order(ctx: Context, ranked: list[Finding]) -> list[Finding]:
     if mine is None:
         return ranked
     path_finding = ranked[mine]
-    rest = ranked[:mine] + ranked[mine + 1:]
     # The path finding summarises the step (its cost is time other findings also name):
-    # the specific high-severity findings on the path come first, then it, then the rest
-    # in cost order, work off the path after it.
-    high = [f for f in rest if f.severity == "high" and id(f) not in off
-            and f.cost_bytes is None]
-    after = [f for f in rest if f not in high]
-    position = {id(f): i for i, f in enumerate(ranked)}
-    before = [f for f in after if id(f) not in off and position[id(f)] < mine]
-    return (high + before + [path_finding]
-            + [f for f in after if f not in before])
+    # it goes at its own cost position, or after the last high-severity time finding on
+    # the path if that is later; work off the path comes after it; the rest keeps its
+    # cost order.
+    on = [f for i, f in enumerate(ranked) if i != mine and id(f) not in off]
+    high = [i for i, f in enumerate(on) if f.severity == "high" and f.cost_bytes is None]
+    own = sum(1 for i, f in enumerate(ranked) if i < mine and id(f) not in off)
+    cut = max(own, high[-1] + 1 if high else 0)
+    # memory findings (bytes) stay after every time finding
+    cut = min(cut, next((i for i, f in enumerate(on) if f.cost_bytes is not None), len(on)))
+    return (on[:cut] + [path_finding] + [f for f in ranked if id(f) in off] + on[cut:])
 
 
 def _graph_launches(ctx: Context, ranks: list[int]) -> int:
