@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from traceatlas.analysis.base import MAX_COUNT, Param, Result
 
 if TYPE_CHECKING:
+    from traceatlas.advisor.base import Finding
     from traceatlas.model.trace import Trace
 
 
@@ -49,8 +50,8 @@ class Advisor:
     name = "advisor"
     description = "Ranked findings: what costs time, the evidence, and what to try next"
     params = (
-        Param("top", int, 10, "keep the N costliest findings; 0 = all", minimum=0,
-              maximum=MAX_COUNT),
+        Param("top", int, 10, "keep the N costliest time findings and the N largest "
+              "memory findings; 0 = all", minimum=0, maximum=MAX_COUNT),
         Param("path", str, "PATH", "trace path written into the suggested commands"),
         Param("min_cost_pct", float, 1.0, "drop findings costing less than this percent "
               "of the trace duration", minimum=0.0, maximum=100.0),
@@ -65,9 +66,7 @@ class Advisor:
 
         ctx = Context(trace, str(params["path"]))
         findings = advise(trace, min_cost_pct=float(params["min_cost_pct"]), context=ctx)
-        top = int(params["top"])
-        if top > 0:
-            findings = findings[:top]
+        findings = keep_top(findings, int(params["top"]))
         rows = [(i + 1, f.rule, f.statement, f.cost_ns, f.evidence, f.next_step, f.command,
                  f.severity, f.cause, sorted(f.ranks), _per_step(f.per_step),
                  {k: f.where.get(k) for k in WHERE_KEYS}, f.view, f.cost_bytes)
@@ -82,3 +81,16 @@ class Advisor:
             "cost_bytes": pl.Int64()}
         table = pl.DataFrame(rows, schema=schema, orient="row")
         return Result(table, notes=list(ctx.notes))
+
+
+def keep_top(findings: list[Finding], top: int) -> list[Finding]:
+    """The ``top`` first time findings and the ``top`` first memory findings (``cost_bytes``
+    set), in their ranked order; all when ``top`` is 0. Memory findings rank after every
+    time finding, so a plain cut at ``top`` would drop them whenever there are ``top``
+    time findings."""
+    if top <= 0:
+        return findings
+    memory = [getattr(f, "cost_bytes", None) is not None for f in findings]
+    kept = {id(f) for f in [f for f, m in zip(findings, memory, strict=True) if not m][:top]
+            + [f for f, m in zip(findings, memory, strict=True) if m][:top]}
+    return [f for f in findings if id(f) in kept]

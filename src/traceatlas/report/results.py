@@ -75,6 +75,7 @@ class Results:
         """The advisor's ranked findings (rows of its main table), computed on the shared
         cache; ``top`` costliest."""
         from traceatlas.analysis import registry
+        from traceatlas.analysis.advisor import keep_top
 
         defaults = {p.name: p.default for p in registry.get_analysis("advisor").params}
         try:
@@ -89,7 +90,7 @@ class Results:
         return [{"rank": i + 1, **{k: getattr(f, k) for k in FINDING_FIELDS},
                  "view": getattr(f, "view", ""),  # the viewer command, when set
                  "cost_bytes": getattr(f, "cost_bytes", None)}  # memory findings
-                for i, f in enumerate(found[:top])]
+                for i, f in enumerate(keep_top(found, top))]
 
 
 FINDING_FIELDS = ("rule", "statement", "cost_ns", "evidence", "next_step", "command",
