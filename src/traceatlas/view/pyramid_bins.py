@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from traceatlas.ops.owned import paint_max
+
 IntArray = npt.NDArray[np.int64]
 
 def shift_of(level: int) -> int:
@@ -27,42 +29,10 @@ def shift_of(level: int) -> int:
     return 10 + 2 * level
 
 
-def paint_owners(lo: IntArray, hi: IntArray, m: int) -> IntArray:
-    """Per elementary segment ``0 .. m-1``: the largest ``i`` with ``lo[i] <= j < hi[i]``,
-    or -1. A segment tree painted bottom-up (each ``[lo, hi)`` split into O(log m) nodes,
-    max per node, then pushed down level by level): O(N log m) time, O(N + m) memory."""
-    if m <= 0:
-        return np.zeros(0, dtype=np.int64)
-    size = 1 << max(int(m - 1).bit_length(), 0)
-    dtype = np.int32 if len(lo) < 2**31 - 1 else np.int64
-    tree = np.full(2 * size, -1, dtype=dtype)
-    idx = np.flatnonzero(lo < hi).astype(dtype)
-    left, right = lo[idx] + size, hi[idx] + size
-    nodes: list[IntArray] = []
-    owners: list[npt.NDArray[np.integer]] = []
-    while len(idx):
-        odd = (left & 1).astype(bool)
-        nodes.append(left[odd])
-        owners.append(idx[odd])
-        left += odd
-        odd = (right & 1).astype(bool)
-        right -= odd
-        nodes.append(right[odd])
-        owners.append(idx[odd])
-        left >>= 1
-        right >>= 1
-        live = left < right
-        if not live.all():
-            idx, left, right = idx[live], left[live], right[live]
-    if nodes:
-        np.maximum.at(tree, np.concatenate(nodes), np.concatenate(owners))
-    width = 2
-    while width <= size:
-        half = width >> 1
-        np.maximum(tree[width:2 * width], np.repeat(tree[half:width], 2),
-                   out=tree[width:2 * width])
-        width <<= 1
-    return tree[size:size + m].astype(np.int64)
+paint_owners = paint_max
+"""Per elementary segment ``0 .. m-1``: the largest ``i`` with ``lo[i] <= j < hi[i]``, or
+-1 (the segment tree of ``ops.owned.paint_max``: one implementation for the viewer's
+owners and the calling-context tree's owned time)."""
 
 
 def owned_pieces(start: IntArray, end: IntArray) -> tuple[IntArray, IntArray, IntArray]:
