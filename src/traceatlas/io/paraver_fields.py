@@ -72,6 +72,8 @@ class _Block:
     counts: dict[str, int]
     drops: list[tuple[int, str, I64]] = field(default_factory=list)  # (stage, reason, lines)
     comments: list[int] = field(default_factory=list)  # byte offsets of comment lines
+    rows: dict[int, I64] = field(default_factory=dict)  # leading fields per record type
+    pairs: tuple[I64, I64, I64] | None = None  # events: (type, value, pairs per line)
 
 
 def parse_body(data: bytes, at: int, header: Header, display: str, *,
@@ -104,9 +106,9 @@ def parse_body(data: bytes, at: int, header: Header, display: str, *,
     unit = UNITS_NS[header.unit]
     add_stage(1)
     states, state_lines = _fixed(blocks, bases, 1, check)
-    reversed_ = states[:, 6] < states[:, 5]
-    drops.add(STATE_REVERSED, state_lines[reversed_])
-    states, state_lines = states[~reversed_], state_lines[~reversed_]
+    ordered = states[:, 6] >= states[:, 5]
+    drops.add(STATE_REVERSED, state_lines[~ordered])
+    states, state_lines = _subset(states, ordered), _subset(state_lines, ordered)
     add_stage(2)
     ev_fields, ev_lines, pairs = _events(blocks, bases, check)
     add_stage(3)
@@ -204,7 +206,37 @@ def _parse_block(data: bytes, b0: int, b1: int) -> _Block:
         block.drops.append((k, NOT_INTEGER, lines[good & ~ints[sel]]))
         keep = good & ints[sel]
         block.kinds[k] = _Kind(line_at[sel][keep], n[keep], lines[keep])
+    _gather_block(block)
     return block
+
+
+def _gather_block(block: _Block) -> None:
+    """Rows of leading fields per record type and the event pairs of ``block`` (in the
+    pool's thread: numpy's gathers release the GIL); the flat values are then freed."""
+    values = block.values
+    for k, width in ((1, 8), (2, 6), (3, 15)):
+        if k in block.kinds:
+            block.rows[k] = _take_rows(values, block.kinds[k].at, width)
+    ev = block.kinds.get(2)
+    if ev is not None:
+        n = (ev.lengths - 6) // 2
+        if not len(n) or (int(n.min()) == 1 and int(n.max()) == 1):  # one pair per line
+            where = ev.at + 6
+        else:
+            where = np.repeat(ev.at + 6 - 2 * (np.cumsum(n) - n), n) + 2 * np.arange(
+                int(n.sum()), dtype=np.int64)
+        block.pairs = (values.take(where), values.take(where + 1), n)
+    block.values = np.zeros(0, np.int64)
+
+
+def _take_rows(values: I64, at: I64, width: int) -> I64:
+    """(len(at), width) view of ``values[at + j]`` for j < width, stored by column."""
+    out = np.empty((width, len(at)), dtype=np.int64)
+    idx = np.empty(len(at), dtype=np.int64)
+    for j in range(width):
+        np.add(at, j, out=idx)
+        values.take(idx, out=out[j], mode="clip")
+    return out.T
 
 
 def _cast(fields: pa.Array, lengths: I64) -> tuple[I64, Mask]:
@@ -237,12 +269,14 @@ def _origin(data: bytes, comments: list[int], display: str) -> int:
     return origin
 
 
-def _gather(block: _Block, k: int, width: int) -> I64:
-    """(n, width) leading fields of the type-``k`` lines of ``block``."""
-    kind = block.kinds.get(k)
-    if kind is None or not len(kind.at):
+def _rows(blocks: list[_Block], k: int, width: int) -> I64:
+    """(n, width) leading fields of the type-``k`` lines of every block (by column)."""
+    parts = [b.rows[k] for b in blocks if k in b.rows]
+    if not parts:
         return np.zeros((0, width), np.int64)
-    return np.asarray(block.values[kind.at[:, None] + np.arange(width)], dtype=np.int64)
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate([p.T for p in parts], axis=1).T
 
 
 def _lines(blocks: list[_Block], bases: I64, k: int) -> I64:
@@ -253,9 +287,7 @@ def _lines(blocks: list[_Block], bases: I64, k: int) -> I64:
 
 def _fixed(blocks: list[_Block], bases: I64, k: int, check: _Records) -> tuple[I64, I64]:
     """(rows, line numbers) of the usable type-``k`` records (fixed field count)."""
-    n = _FIXED[k]
-    rows = np.concatenate([_gather(b, k, n) for b in blocks]) if blocks else \
-        np.zeros((0, n), np.int64)
+    rows = _rows(blocks, k, _FIXED[k])
     lines = _lines(blocks, bases, k)
     keep = check.checked(k, rows, lines)
     return _subset(rows, keep), _subset(lines, keep)
@@ -263,51 +295,30 @@ def _fixed(blocks: list[_Block], bases: I64, k: int, check: _Records) -> tuple[I
 
 def _events(blocks: list[_Block], bases: I64, check: _Records) -> tuple[I64, I64, I64]:
     """(head fields (n, 6), line numbers, pairs (owner, type, value, order))."""
-    heads = [_gather(b, 2, 6) for b in blocks]
-    head = np.concatenate(heads) if heads else np.zeros((0, 6), np.int64)
+    head = _rows(blocks, 2, 6)
     lines = _lines(blocks, bases, 2)
     keep = check.checked(2, head, lines)
-    at_parts, n_parts, val_parts = [], [], []
-    i = 0
-    for b, h in zip(blocks, heads, strict=True):
-        kept = keep[i: i + len(h)]
-        i += len(h)
-        if len(h):
-            kind = b.kinds[2]
-            at_parts.append(_subset(kind.at, kept))
-            n_parts.append((_subset(kind.lengths, kept) - 6) // 2)
-            val_parts.append(b.values)
+    parts = [b.pairs for b in blocks if b.pairs is not None]
     empty = np.zeros(0, np.int64)
-    n_pairs = np.concatenate(n_parts) if n_parts else empty
-    stride = int(n_pairs.max(initial=0)) + 1
+    etype = np.concatenate([p[0] for p in parts]) if parts else empty
+    value = np.concatenate([p[1] for p in parts]) if parts else empty
+    n_pairs = np.concatenate([p[2] for p in parts]) if parts else empty
+    if not bool(keep.all()):
+        etype, value = etype[np.repeat(keep, n_pairs)], value[np.repeat(keep, n_pairs)]
+        n_pairs = n_pairs[keep]
     head, lines = _subset(head, keep), _subset(lines, keep)
+    stride = int(n_pairs.max(initial=0)) + 1
     if len(n_pairs) and int(n_pairs.min()) == stride - 1:  # the same pair count per line
         m = stride - 1
-        if m == 1:  # one pair per line
-            etype = np.concatenate([v[a + 6] for a, v in zip(at_parts, val_parts, strict=True)])
-            value = np.concatenate([v[a + 7] for a, v in zip(at_parts, val_parts, strict=True)])
-            owner = np.arange(len(etype), dtype=np.int64)
-            return head, lines, _columns(owner, etype, value, 2 * owner)
-        step = 6 + 2 * np.arange(m, dtype=np.int64)
-        etype = np.concatenate([v[a[:, None] + step].ravel() for a, v in
-                                zip(at_parts, val_parts, strict=True)])
-        value = np.concatenate([v[a[:, None] + step + 1].ravel() for a, v in
-                                zip(at_parts, val_parts, strict=True)])
         order = np.arange(len(etype), dtype=np.int64)
-        owner = order // m if m > 1 else order
+        if m == 1:  # one pair per line
+            return head, lines, _columns(order, etype, value, 2 * order)
+        owner = order // m
         order = owner * stride + (order - owner * m)
         return head, lines, _columns(owner, etype, value, order)
     owner = np.repeat(np.arange(len(n_pairs), dtype=np.int64), n_pairs)
     j = np.arange(len(owner), dtype=np.int64) - np.repeat(np.cumsum(n_pairs) - n_pairs,
                                                           n_pairs)
-    types, values = [], []
-    for at, n, vals in zip(at_parts, n_parts, val_parts, strict=True):
-        jj = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
-        where = np.repeat(at, n) + 6 + 2 * jj
-        types.append(vals[where])
-        values.append(vals[where + 1])
-    etype = np.concatenate(types) if types else empty
-    value = np.concatenate(values) if values else empty
     return head, lines, _columns(owner, etype, value, owner * stride + j)
 
 
