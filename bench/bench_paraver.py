@@ -127,6 +127,10 @@ def main() -> None:
     ap.add_argument("--skip-before", action="store_true")
     ap.add_argument("--traces", type=Path, default=REPO_ROOT.parent / "shared" / "traces")
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--label", help="store this run under runs/<label> in --json-out "
+                    "(earlier keys kept); without it the top-level keys are replaced")
+    ap.add_argument("--only", nargs="*", help="inputs to measure (mpi.prv, mpi.prv.gz, "
+                    "lulesh.prv); all by default")
     args = ap.parse_args()
     if args.child:
         child(args.child)
@@ -138,6 +142,8 @@ def main() -> None:
         variants["before"] = str(before_tree(args.gen_dir, args.before_ref))
     results: list[dict[str, Any]] = []
     for name, path in inputs.items():
+        if args.only and name not in args.only:
+            continue
         size = path.stat().st_size
         plain = path.with_suffix("").stat().st_size if path.suffix == ".gz" else size
         for variant, src in variants.items():
@@ -161,7 +167,16 @@ def main() -> None:
         "results": results,
     }
     if args.json_out:
-        args.json_out.write_text(json.dumps(report, indent=1) + "\n")
+        # earlier keys are kept: this run goes under "runs"/<label> (the top-level keys
+        # of the first run stay as they were)
+        saved: dict[str, Any] = {}
+        if args.json_out.exists():
+            saved = json.loads(args.json_out.read_text())
+        if args.label:
+            saved.setdefault("runs", {})[args.label] = report
+        else:
+            saved.update(report)
+        args.json_out.write_text(json.dumps(saved, indent=1) + "\n")
 
 
 if __name__ == "__main__":

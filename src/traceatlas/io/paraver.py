@@ -418,10 +418,10 @@ class _Assembler:
         out = np.zeros(len(rank), dtype=bool)
         if intervals is None or not len(intervals["rank"]):
             return out
-        cat = intervals["category"].to_numpy(zero_copy_only=False)
+        cat = intervals["category"]  # Arrow kernels: no Python string per row
         key = intervals["rank"] * (1 << 32) + intervals["track_id"]
-        dev = np.isin(cat, list(DEVICE_CATEGORIES))
-        other = (cat != "state") & ~dev
+        dev = _mask(pc.is_in(cat, value_set=pa.array(sorted(DEVICE_CATEGORIES), pa.string())))
+        other = _mask(pc.not_equal(cat, "state"), null=True) & ~dev
         track_key = rank * (1 << 32) + thread
         return np.isin(track_key, key[dev]) & ~np.isin(track_key, key[other])
 
@@ -472,6 +472,11 @@ class _Assembler:
                   for k in items]
         return pa.table({"key": pa.array(list(items), pa.string()),
                          "value": pa.array(values, pa.string())})
+
+
+def _mask(array: Any, null: bool = False) -> npt.NDArray[np.bool_]:
+    """Boolean Arrow array -> numpy (nulls as ``null``, as numpy compares None)."""
+    return np.asarray(pc.fill_null(array, null).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _device_op(category: str | None, name: str) -> str:
