@@ -20,6 +20,7 @@ import json
 import re
 import warnings
 from collections import Counter, deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -203,8 +204,10 @@ class Collector:
             return stack[-1]
         return t
 
-    def _world(self, comm: Any, local: int, ref: int) -> int:
-        """World rank of the comm-local rank ``local`` (through the comm's group)."""
+    def world_lookup(self, comm: Any, local: int) -> int | None:
+        """World rank of the comm-local rank ``local`` through the comm's group: -1 for
+        the caller itself (COMM_SELF), None when the group cannot translate it (cached
+        per (comm, local); the one rule both paths use)."""
         key = (comm._ref, local)
         if key not in self._world_cache:
             group = comm.group
@@ -215,7 +218,11 @@ class Collector:
                 info = self._locs.get(getattr(group.members[local], "_ref", -1))
                 rank = info.rank if info is not None else None
             self._world_cache[key] = rank
-        rank = self._world_cache[key]
+        return self._world_cache[key]
+
+    def _world(self, comm: Any, local: int, ref: int) -> int:
+        """World rank of the comm-local rank ``local`` (through the comm's group)."""
+        rank = self.world_lookup(comm, local)
         if rank == -1:
             return self._locs[ref].rank
         if rank is None:
@@ -298,17 +305,15 @@ class Collector:
         if begin is None:
             self._problems["collective end without begin"] += 1
             begin = t
-        name, members = self._comm(event.communicator)
-        op = enum_name(event.collective_op).lower()
+        op = collective_op_name(event.collective_op)
         enclosing = self._at(ref, t)
         frame = enclosing if isinstance(enclosing, Frame) else None
         if frame is None:
             frame = Frame(ref, None, begin)
             frame.end, frame.name = t, op
             self.frames.append(frame)
-        frame.coll = {"collective_op": op, "communicator": name, "group_ranks": members,
-                      "root": event.root, "size_sent": event.size_sent,
-                      "size_received": event.size_received}
+        frame.coll = collective_args(op, self._comm(event.communicator), event.root,
+                                     event.size_sent, event.size_received)
 
     def _metric(self, ref: int, t: int, event: Any) -> None:
         members, track = self._metric_target(ref, event.metric)
@@ -405,41 +410,27 @@ class Collector:
             for frame in stack:
                 frame.end = self._last[ref]
                 unclosed += 1
-        if unclosed:
-            where = sum(1 for s in self._stacks.values() if s)
-            _warn(f"{display}: {unclosed} Enter event(s) without a Leave on {where} "
-                  "location(s); closed at the last event time of their location")
-        self._warn_problems(display)
-        to_ns = _converter(resolution, base_ns)
-        ranks = sorted(self._next_track)
-        intervals = _split(self._interval_table(to_ns), ranks)
-        counters = _split(self._counter_table(to_ns), ranks)
-        instants = _split(self._instant_table(to_ns), ranks)
-        messages = _split(self._message_table(to_ns, set(ranks)), ranks)
-        return {
-            rank: {
-                "tracks": self._track_table(rank),
-                "intervals": intervals[rank],
-                "counters": counters[rank],
-                "instants": instants[rank],
-                "messages": messages[rank],
-                "flows": empty_table("flows").drop_columns(["rank"]),
-            }
-            for rank in ranks
-        }
-
-    def _warn_problems(self, display: str) -> None:
+        where = sum(1 for s in self._stacks.values() if s)
         sends = sum(1 for m in self.messages if m.r1 is None)
         recvs = sum(1 for m in self.messages if m.s0 is None)
-        if sends or recvs:
-            _warn(f"{display}: {sends} MPI send(s) without a matching receive and {recvs} "
-                  "receive(s) without a matching send; kept with the other side null")
         if self._irecv_posts:
             self._problems["posted receive never completed"] += len(self._irecv_posts)
+        for text in summary_warnings(display, (unclosed, where), (sends, recvs),
+                                     self.open_problems()):
+            _warn(text)
+        to_ns = _converter(resolution, base_ns)
+        ranks = sorted(self._next_track)
+        return rank_tables(self, ranks, self._interval_table(to_ns),
+                           self._counter_table(to_ns), self._instant_table(to_ns),
+                           self._message_table(to_ns, set(ranks)))
+
+    def open_problems(self) -> Counter[str]:
+        """The problems counted so far plus the collectives still open (the end of the
+        pass: a Begin without its End)."""
+        out = Counter(self._problems)
         if self._coll_open:
-            self._problems["collective begin without end"] += len(self._coll_open)
-        for what, n in sorted(self._problems.items()):
-            _warn(f"{display}: {n} x {what}")
+            out["collective begin without end"] += len(self._coll_open)
+        return out
 
     def _interval_table(self, to_ns: Any) -> pa.Table:
         gpu = {ref for ref, info in self._locs.items() if info.kind == "gpu_stream"}
@@ -478,38 +469,19 @@ class Collector:
             cols["memcpy_kind"].append(kind)
             cols["args"].append(json.dumps(args))
         rank = np.asarray(cols.pop("rank"), dtype=np.int64)
-        track = np.asarray(cols["track_id"], dtype=np.int64)
         start = to_ns(cols.pop("start"))
         end = to_ns(cols.pop("end"))
         gpu_rows = np.asarray([self._locs[f.loc].kind == "gpu_stream" for f in self.frames],
                               dtype=bool)
-        track_key = (rank << 32) + track
-        order = sort_for_nesting(track_key, start, end)
-        depth = np.empty(len(order), dtype=np.int64)
-        depth[order] = nesting_depth(
-            track_key[order], start[order], end[order], gpu_rows[order])
         types = {"track_id": pa.int32(), "bytes": pa.int64(), "device": pa.int32(),
                  "stream": pa.int64()}
-        table = {k: pa.array(v, types.get(k, pa.string())) for k, v in cols.items()}
-        return pa.table({
-            "rank": pa.array(rank, pa.int32()),
-            "start_ns": pa.array(start, pa.int64()),
-            "end_ns": pa.array(end, pa.int64()),
-            "dur_ns": pa.array(end - start, pa.int64()),
-            "depth": pa.array(depth, pa.int32()),
-            "step": pa.array(np.full(len(rank), -1), pa.int32()),
-            **table,
-        })
+        return interval_table(rank, start, end, gpu_rows, {
+            k: pa.array(v, types.get(k, pa.string())) for k, v in cols.items()})
 
     def _counter_table(self, to_ns: Any) -> pa.Table:
         c_rank, c_track, c_t, c_name, c_value = self.counters
-        return pa.table({
-            "rank": pa.array(c_rank, pa.int32()),
-            "track_id": pa.array(c_track, pa.int32()),
-            "ts_ns": pa.array(to_ns(c_t), pa.int64()),
-            "name": pa.array(c_name, pa.string()),
-            "value": pa.array(c_value, pa.float64()),
-        })
+        return counter_table(c_rank, c_track, to_ns(c_t), pa.array(c_name, pa.string()),
+                             c_value)
 
     def _instant_table(self, to_ns: Any) -> pa.Table:
         i_ref, i_t, i_name, i_cat, i_args = self.instants
@@ -533,18 +505,14 @@ class Collector:
             ns = iter(to_ns(known).tolist())
             return pa.array([None if t is None else next(ns) for t in ticks], pa.int64())
 
-        return pa.table({
-            "rank": pa.array([m.src if m.src in ranks else m.owner for m in msgs], pa.int32()),
-            "src_rank": pa.array([m.src for m in msgs], pa.int32()),
-            "dst_rank": pa.array([m.dst for m in msgs], pa.int32()),
-            "send_start_ns": times("s0", False),
-            "send_end_ns": times("s1", True),
-            "recv_start_ns": times("r0", False),
-            "recv_end_ns": times("r1", True),
-            "bytes": pa.array([m.bytes for m in msgs], pa.int64()),
-            "tag": pa.array([m.tag for m in msgs], pa.int64()),
-            "communicator": pa.array([m.comm for m in msgs], pa.string()),
-        })
+        return message_table(
+            np.asarray([m.src for m in msgs], dtype=np.int64),
+            np.asarray([m.dst for m in msgs], dtype=np.int64),
+            np.asarray([m.owner for m in msgs], dtype=np.int64), ranks,
+            (times("s0", False), times("s1", True), times("r0", False), times("r1", True)),
+            pa.array([m.bytes for m in msgs], pa.int64()),
+            pa.array([m.tag for m in msgs], pa.int64()),
+            pa.array([m.comm for m in msgs], pa.string()))
 
     def _track_table(self, rank: int) -> pa.Table:
         rows: list[tuple[int, str, str, int, int, str | None, str]] = []
@@ -576,6 +544,115 @@ class Collector:
 
 def _warn(message: str) -> None:
     warnings.warn(message, DataQualityWarning, stacklevel=4)
+
+
+# -- the rules both paths share (Collector here, otf2_fast on columns) -----------------
+
+
+def collective_op_name(op: Any) -> str:
+    """A collective's operation name: ``CollectiveOp.ALLREDUCE`` -> ``allreduce``."""
+    return enum_name(op).lower()
+
+
+def collective_args(op: str, comm: tuple[str, str | None], root: int, sent: int,
+                    received: int) -> dict[str, Any]:
+    """The collective columns (and args keys) of a frame; ``comm`` is ``Collector._comm``'s
+    (name, JSON list of world ranks); sizes in bytes."""
+    return {"collective_op": op, "communicator": comm[0], "group_ranks": comm[1],
+            "root": root, "size_sent": sent, "size_received": received}
+
+
+def summary_warnings(display: str, unclosed: tuple[int, int], unmatched: tuple[int, int],
+                     problems: Mapping[str, int]) -> list[str]:
+    """The end-of-pass warnings, in order: Enters without a Leave ((count, locations)),
+    unmatched messages ((sends, receives)), then each problem (sorted by its text)."""
+    out = []
+    if unclosed[0]:
+        out.append(f"{display}: {unclosed[0]} Enter event(s) without a Leave on "
+                   f"{unclosed[1]} location(s); closed at the last event time of their "
+                   "location")
+    sends, recvs = unmatched
+    if sends or recvs:
+        out.append(f"{display}: {sends} MPI send(s) without a matching receive and {recvs} "
+                   "receive(s) without a matching send; kept with the other side null")
+    out += [f"{display}: {n} x {what}" for what, n in sorted(problems.items())]
+    return out
+
+
+def rank_tables(collector: Collector, ranks: list[int], intervals: pa.Table,
+                counters: pa.Table, instants: pa.Table,
+                messages: pa.Table) -> dict[int, dict[str, pa.Table]]:
+    """Per rank tables from the whole-archive tables (each with a ``rank`` column)."""
+    per = {name: split_by_rank(table, ranks) for name, table in (
+        ("intervals", intervals), ("counters", counters), ("instants", instants),
+        ("messages", messages))}
+    return {
+        rank: {
+            "tracks": collector._track_table(rank),
+            "intervals": per["intervals"][rank],
+            "counters": per["counters"][rank],
+            "instants": per["instants"][rank],
+            "messages": per["messages"][rank],
+            "flows": empty_table("flows").drop_columns(["rank"]),
+        }
+        for rank in ranks
+    }
+
+
+def interval_table(rank: np.ndarray[Any, Any], start_ns: np.ndarray[Any, Any],
+                   end_ns: np.ndarray[Any, Any], gpu_rows: np.ndarray[Any, Any],
+                   rest: dict[str, Any]) -> pa.Table:
+    """The intervals table: times in ns, nesting depth per track (``rest`` holds
+    ``track_id`` and the other columns, in the schema's order), step -1."""
+    rank = np.asarray(rank, dtype=np.int64)
+    track = np.asarray(rest["track_id"], dtype=np.int64)
+    track_key = (rank << 32) + track
+    order = sort_for_nesting(track_key, start_ns, end_ns)
+    depth = np.empty(len(order), dtype=np.int64)
+    depth[order] = nesting_depth(
+        track_key[order], start_ns[order], end_ns[order], gpu_rows[order])
+    return pa.table({
+        "rank": pa.array(rank, pa.int32()),
+        "start_ns": pa.array(start_ns, pa.int64()),
+        "end_ns": pa.array(end_ns, pa.int64()),
+        "dur_ns": pa.array(end_ns - start_ns, pa.int64()),
+        "depth": pa.array(depth, pa.int32()),
+        "step": pa.array(np.full(len(rank), -1), pa.int32()),
+        **rest,
+    })
+
+
+def counter_table(rank: Any, track: Any, ts_ns: Any, name: pa.Array, value: Any) -> pa.Table:
+    """The counters table (times in ns, values already scaled)."""
+    return pa.table({
+        "rank": pa.array(rank, pa.int32()),
+        "track_id": pa.array(track, pa.int32()),
+        "ts_ns": pa.array(ts_ns, pa.int64()),
+        "name": name,
+        "value": pa.array(value, pa.float64()),
+    })
+
+
+def message_table(src: np.ndarray[Any, Any], dst: np.ndarray[Any, Any],
+                  owner: np.ndarray[Any, Any], ranks: set[int],
+                  times: tuple[pa.Array, pa.Array, pa.Array, pa.Array], nbytes: pa.Array,
+                  tag: pa.Array, comm: pa.Array) -> pa.Table:
+    """The messages table: a message belongs to its sender's rank when the sender is one
+    of ``ranks``, else to ``owner`` (the rank that saw it); ``times`` are send start/end
+    and receive start/end in ns (null where that side was not seen)."""
+    in_ranks = np.isin(src, np.asarray(sorted(ranks), dtype=np.int64))
+    return pa.table({
+        "rank": pa.array(np.where(in_ranks, src, owner), pa.int32()),
+        "src_rank": pa.array(src, pa.int32()),
+        "dst_rank": pa.array(dst, pa.int32()),
+        "send_start_ns": times[0],
+        "send_end_ns": times[1],
+        "recv_start_ns": times[2],
+        "recv_end_ns": times[3],
+        "bytes": nbytes,
+        "tag": tag,
+        "communicator": comm,
+    })
 
 
 def _scale(member: Any) -> float:
@@ -666,8 +743,15 @@ def _converter(resolution: int, base_ns: int) -> Any:
     return to_ns
 
 
-def _split(table: pa.Table, ranks: list[int]) -> dict[int, pa.Table]:
-    """Rows of each rank (without the rank column)."""
+def split_by_rank(table: pa.Table, ranks: list[int]) -> dict[int, pa.Table]:
+    """Rows of each rank (without the rank column), in table order within a rank: rows
+    already grouped by rank are zero-copy slices; otherwise one stable gather by rank,
+    then slices."""
     rank = table.column("rank").to_numpy(zero_copy_only=False)
     rest = table.drop_columns(["rank"])
-    return {r: rest.take(pa.array(np.flatnonzero(rank == r))) for r in ranks}
+    if len(rank) > 1 and np.any(np.diff(rank) < 0):
+        order = np.argsort(rank, kind="stable")
+        rest, rank = rest.take(pa.array(order)), rank[order]
+    lo = np.searchsorted(rank, ranks, side="left").tolist()
+    hi = np.searchsorted(rank, ranks, side="right").tolist()
+    return {r: rest.slice(a, b - a) for r, a, b in zip(ranks, lo, hi, strict=True)}

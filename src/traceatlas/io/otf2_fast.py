@@ -23,10 +23,20 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from traceatlas.io.otf2_events import Collector, LocInfo, _converter, _region_info, enum_name
+from traceatlas.io.otf2_events import (
+    Collector,
+    LocInfo,
+    _converter,
+    _region_info,
+    collective_args,
+    collective_op_name,
+    interval_table,
+    message_table,
+    rank_tables,
+    summary_warnings,
+)
 from traceatlas.io.otf2_local import LocalPart
 from traceatlas.io.otf2_metrics import counter_columns, counter_table
-from traceatlas.ops.nesting import nesting_depth, sort_for_nesting
 
 I64 = np.int64
 
@@ -165,9 +175,9 @@ def unique_rows(rows: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any],
 
 def _world_all(collector: Collector, comms: dict[int, Any], p2p: np.ndarray[Any, Any],
                me: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """World rank of each row's peer (``Collector._world``, once per (comm, peer)): the
-    caller itself on COMM_SELF, the comm-local rank (counted as a problem per event) when
-    the communicator cannot translate it."""
+    """World rank of each row's peer (``Collector.world_lookup``, once per (comm, peer)):
+    the caller itself on COMM_SELF, the comm-local rank (counted as a problem per event)
+    when the communicator cannot translate it."""
     if not len(p2p):
         return np.zeros(0, I64)
     # comm and peer are uint32 in OTF2: one uint64 code per pair (a 1-D unique is fast)
@@ -176,19 +186,16 @@ def _world_all(collector: Collector, comms: dict[int, Any], p2p: np.ndarray[Any,
     inverse = np.asarray(inverse).ravel()
     world = np.empty(len(codes), dtype=I64)
     kind = np.zeros(len(codes), dtype=I64)  # 0: translated, 1: self, 2: untranslated
-    any_ref = next(iter(collector._locs))
     pairs = zip((codes >> np.uint64(32)).tolist(), (codes & np.uint64(0xFFFFFFFF)).tolist(),
                 strict=True)
     for k, (comm, local) in enumerate(pairs):
-        collector._world(comms[comm], local, any_ref)  # fills the cache
-        found = collector._world_cache[(comm, local)]
+        found = collector.world_lookup(comms[comm], local)
         if found is None:
             world[k], kind[k] = local, 2
         elif found == -1:
             world[k], kind[k] = -1, 1
         else:
             world[k] = found
-    collector._problems.pop("rank not translated through its communicator", None)
     untranslated = int(np.count_nonzero(kind[inverse] == 2))
     if untranslated:
         collector._problems["rank not translated through its communicator"] = untranslated
@@ -207,10 +214,8 @@ def _coll_id(ids: dict[tuple[int, ...], int], rows: list[dict[str, Any]],
     found = ids.get(key)
     if found is None:
         op, comm, root, sent, received = row
-        name, members = collector._comm(comms[comm])
-        rows.append({"collective_op": _op_name(op), "communicator": name,
-                     "group_ranks": members, "root": root, "size_sent": sent,
-                     "size_received": received})
+        rows.append(collective_args(_op_name(op), collector._comm(comms[comm]), root, sent,
+                                    received))
         found = ids[key] = len(rows) - 1
     return found
 
@@ -220,7 +225,7 @@ def _op_name(op: int) -> str:
     if found is None:
         import _otf2  # type: ignore[import-untyped]
 
-        found = _OPS[op] = enum_name(_otf2.CollectiveOp(op)).lower()
+        found = _OPS[op] = collective_op_name(_otf2.CollectiveOp(op))
     return found
 
 
@@ -341,25 +346,12 @@ def _interval_columns(rank: np.ndarray[Any, Any], track: np.ndarray[Any, Any],
 
 def finish_intervals(table: pa.Table, to_ns: Any) -> pa.Table:
     """Ticks -> ns, depth and step: the old reader's interval columns in its order."""
-    rank = table.column("rank").to_numpy().astype(I64)
-    track = table.column("track_id").to_numpy().astype(I64)
-    start = to_ns(table.column("start_ticks").to_numpy())
-    end = to_ns(table.column("end_ticks").to_numpy())
-    gpu_rows = table.column("on_gpu").to_numpy(zero_copy_only=False)
-    track_key = (rank << 32) + track
-    order = sort_for_nesting(track_key, start, end)
-    depth = np.empty(len(order), dtype=I64)
-    depth[order] = nesting_depth(track_key[order], start[order], end[order], gpu_rows[order])
     rest = table.drop_columns(["rank", "start_ticks", "end_ticks", "on_gpu"])
-    return pa.table({
-        "rank": table.column("rank"),
-        "start_ns": pa.array(start, pa.int64()),
-        "end_ns": pa.array(end, pa.int64()),
-        "dur_ns": pa.array(end - start, pa.int64()),
-        "depth": pa.array(depth, pa.int32()),
-        "step": pa.array(np.full(len(rank), -1), pa.int32()),
-        **{name: rest.column(name) for name in rest.column_names},
-    })
+    return interval_table(
+        table.column("rank").to_numpy(), to_ns(table.column("start_ticks").to_numpy()),
+        to_ns(table.column("end_ticks").to_numpy()),
+        table.column("on_gpu").to_numpy(zero_copy_only=False),
+        {name: rest.column(name) for name in rest.column_names})
 
 
 def _messages(sends: list[np.ndarray[Any, Any]], recvs: list[np.ndarray[Any, Any]],
@@ -431,79 +423,31 @@ def _messages(sends: list[np.ndarray[Any, Any]], recvs: list[np.ndarray[Any, Any
 
 def finish_messages(parts: dict[str, Any], to_ns: Any, ranks: set[int]) -> pa.Table:
     """The messages table in ``Collector._message_table``'s columns and types."""
-    src, owner = parts["src_rank"], parts["owner"]
-    in_ranks = np.isin(src, np.asarray(sorted(ranks), dtype=I64))
-
     def times(key: str) -> pa.Array:
         ticks, has = parts[key]
         return pa.array(np.where(has, to_ns(ticks) if len(ticks) else ticks, 0), pa.int64(),
                         mask=~has)
 
-    return pa.table({
-        "rank": pa.array(np.where(in_ranks, src, owner), pa.int32()),
-        "src_rank": pa.array(src, pa.int32()),
-        "dst_rank": pa.array(parts["dst_rank"], pa.int32()),
-        "send_start_ns": times("send_start"),
-        "send_end_ns": times("send_end"),
-        "recv_start_ns": times("recv_start"),
-        "recv_end_ns": times("recv_end"),
-        "bytes": pa.array(parts["bytes"], pa.int64()),
-        "tag": pa.array(parts["tag"], pa.int64()),
-        "communicator": pa.array(parts["communicator"], pa.string()),
-    })
-
-
-def split_grouped(table: pa.Table, ranks: list[int]) -> dict[int, pa.Table]:
-    """``otf2_events._split`` for rows already grouped by rank: zero-copy slices (no
-    gather of the long text columns); other tables go through ``_split``."""
-    from traceatlas.io.otf2_events import _split
-
-    rank = table.column("rank").to_numpy(zero_copy_only=False)
-    if len(rank) > 1 and np.any(np.diff(rank) < 0):
-        return _split(table, ranks)
-    rest = table.drop_columns(["rank"])
-    lo = np.searchsorted(rank, ranks, side="left").tolist()
-    hi = np.searchsorted(rank, ranks, side="right").tolist()
-    return {r: rest.slice(a, b - a) for r, a, b in zip(ranks, lo, hi, strict=True)}
+    return message_table(
+        parts["src_rank"], parts["dst_rank"], parts["owner"], ranks,
+        (times("send_start"), times("send_end"), times("recv_start"), times("recv_end")),
+        pa.array(parts["bytes"], pa.int64()), pa.array(parts["tag"], pa.int64()),
+        pa.array(parts["communicator"], pa.string()))
 
 
 def tables(result: FastResult, resolution: int, base_ns: int, display: str,
            warn: Any) -> dict[int, dict[str, pa.Table]]:
-    """Per rank tables, with the old reader's warnings."""
-    from traceatlas.io.otf2_events import _split
-    from traceatlas.model.schema import empty_table
-
+    """Per rank tables, with the old reader's warnings (``summary_warnings``)."""
     collector = result.collector
-    unclosed, where = result.unclosed
-    if unclosed:
-        warn(f"{display}: {unclosed} Enter event(s) without a Leave on {where} "
-             "location(s); closed at the last event time of their location")
-    sends, recvs = result.unmatched
-    if sends or recvs:
-        warn(f"{display}: {sends} MPI send(s) without a matching receive and {recvs} "
-             "receive(s) without a matching send; kept with the other side null")
-    problems = dict(result.problems)
-    for what, n in collector._problems.items():
-        problems[what] = problems.get(what, 0) + n
-    if collector._coll_open:
-        problems["collective begin without end"] = len(collector._coll_open)
-    for what, n in sorted(problems.items()):
-        warn(f"{display}: {n} x {what}")
+    problems = collector.open_problems()
+    for what, n in result.problems.items():
+        problems[what] += n
+    for text in summary_warnings(display, result.unclosed, result.unmatched, problems):
+        warn(text)
     to_ns = _converter(resolution, base_ns)
     ranks = sorted(collector._next_track)
     assert result.intervals is not None and result.messages is not None
-    intervals = split_grouped(finish_intervals(result.intervals, to_ns), ranks)
-    counters = _split(counter_table(result.counters, to_ns), ranks)
-    instants = _split(collector._instant_table(to_ns), ranks)
-    messages = _split(finish_messages(result.messages, to_ns, set(ranks)), ranks)
-    return {
-        rank: {
-            "tracks": collector._track_table(rank),
-            "intervals": intervals[rank],
-            "counters": counters[rank],
-            "instants": instants[rank],
-            "messages": messages[rank],
-            "flows": empty_table("flows").drop_columns(["rank"]),
-        }
-        for rank in ranks
-    }
+    return rank_tables(collector, ranks, finish_intervals(result.intervals, to_ns),
+                       counter_table(result.counters, to_ns),
+                       collector._instant_table(to_ns),
+                       finish_messages(result.messages, to_ns, set(ranks)))

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from traceatlas.io.otf2_events import Collector, enum_name
+from traceatlas.io.otf2_events import counter_table as _counter_table
 
 I64 = np.int64
 
@@ -89,10 +90,5 @@ def counter_columns(collector: Collector, defs: Any, ref: np.ndarray[Any, Any],
 
 def counter_table(cols: dict[str, Any], to_ns: Any) -> pa.Table:
     """``Collector._counter_table``'s columns and types from ``counter_columns``."""
-    return pa.table({
-        "rank": pa.array(cols["rank"], pa.int32()),
-        "track_id": pa.array(cols["track_id"], pa.int32()),
-        "ts_ns": pa.array(to_ns(cols["ts"]), pa.int64()),
-        "name": cols["name"],
-        "value": pa.array(cols["value"], pa.float64()),
-    })
+    return _counter_table(cols["rank"], cols["track_id"], to_ns(cols["ts"]), cols["name"],
+                          cols["value"])
