@@ -49,8 +49,12 @@ def _read(anchor: Path, mode: str, threads: int) -> tuple[dict[str, Any], Any]:
         start, cpu = time.perf_counter(), _cpu()
         out = reader.read(Source(str(anchor)), threads=threads)
         wall, used = time.perf_counter() - start, _cpu() - cpu
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024
     return {"wall_s": round(wall, 3), "cpu_s": round(used, 3),
-            "loadavg_1_5_15": [round(x, 2) for x in load]}, out
+            "loadavg_1_5_15": [round(x, 2) for x in load],
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+            "peak_rss_mb_so_far": own, "peak_rss_mb_workers_so_far": kids}, out
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -93,7 +97,9 @@ def main() -> None:
         "input_bytes": sum(p.stat().st_size for p in root.rglob("*") if p.is_file()),
         "note": "best of the runs by wall time; cpu_s counts the parent and its worker "
                 "processes; loadavg is os.getloadavg() just before the run (the machine is "
-                "shared)",
+                "shared); peak RSS (ru_maxrss, MB) of this process and of the largest worker "
+                "so far (monotonic over the modes run in this invocation: run one mode per "
+                "invocation for a mode's own peak)",
     }
     outs: dict[str, Any] = {}
     for mode in args.modes.split(","):

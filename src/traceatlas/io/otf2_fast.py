@@ -99,9 +99,9 @@ def build(parts: list[LocalPart], defs: Any, locations: dict[int, LocInfo],
     never = sum(p.never_completed for p in parts)
     if never:
         problems["posted receive never completed"] = never
-    frames = np.concatenate(fr) if fr else np.zeros((0, 4), I64)
-    p2p = np.concatenate(p2ps) if p2ps else np.zeros((0, 9), I64)
-    coll = np.concatenate(colls) if colls else np.zeros((0, 9), I64)
+    frames = _joined(fr, 4)
+    p2p = _joined(p2ps, 9)
+    coll = _joined(colls, 9)
     # point-to-point: world ranks through the communicators
     loc_refs = np.asarray(sorted(locations), dtype=I64)
     rank_of = np.asarray([locations[int(r)].rank for r in loc_refs], dtype=I64)
@@ -150,11 +150,18 @@ def build(parts: list[LocalPart], defs: Any, locations: dict[int, LocInfo],
     result.unclosed = (sum(p.unclosed[0] for p in parts), sum(p.unclosed[1] for p in parts))
     result.problems = problems
     result.counters = counters
-    result.intervals = _intervals([(f_ref, f_start, f_end, f_region, f_coll)], coll_rows,
+    result.intervals = _intervals((f_ref, f_start, f_end, f_region, f_coll), coll_rows,
                                   regions, locations)
     result.messages, result.unmatched = _messages([cols[is_send]], [cols[~is_send]],
                                                   collector, comms)
     return result
+
+
+def _joined(arrays: list[np.ndarray[Any, Any]], width: int) -> np.ndarray[Any, Any]:
+    """The rows of ``arrays`` one after the other (no copy for a single part)."""
+    if len(arrays) == 1:
+        return arrays[0]
+    return np.concatenate(arrays) if arrays else np.zeros((0, width), I64)
 
 
 def unique_rows(rows: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any],
@@ -229,14 +236,13 @@ def _op_name(op: int) -> str:
     return found
 
 
-def _intervals(frames: list[tuple[np.ndarray[Any, Any], ...]], coll_rows: list[dict[str, Any]],
+def _intervals(frames: tuple[np.ndarray[Any, Any], ...], coll_rows: list[dict[str, Any]],
                regions: dict[int, Any],
                locations: dict[int, LocInfo]) -> pa.Table:
-    """The intervals table in ``Collector._interval_table``'s columns and types."""
-    if frames:
-        ref, start, end, region, coll = (np.concatenate(c) for c in zip(*frames, strict=True))
-    else:
-        ref = start = end = region = coll = np.zeros(0, I64)
+    """The intervals table in ``Collector._interval_table``'s columns and types (``frames``:
+    location ref, start and end ticks, region ref (-1 - k: standalone collective k),
+    collective index (-1: none) per row)."""
+    ref, start, end, region, coll = frames
     loc_refs = np.asarray(sorted(locations), dtype=I64)
     infos = [locations[int(r)] for r in loc_refs]
     # rows grouped by rank (``tables`` slices them), in the old reader's order (the global
