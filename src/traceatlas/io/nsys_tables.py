@@ -125,17 +125,110 @@ def _taken(con: duckdb.DuckDBPyConnection, table: pa.Table, sql: str) -> pa.Tabl
     return out
 
 
-def _interval_order(con: duckdb.DuckDBPyConnection, ev: pa.Table) -> tuple[
-        np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.int64]]]:
-    """(rows of ``ev`` by process, track, start and end descending, ties in the order
-    read: the sort is stable; the track id of every row as read)."""
+def _interval_order(ev: pa.Table, track: np.ndarray[Any, np.dtype[np.int64]]
+                    ) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """Rows of ``ev`` by process, track, start and end descending, ties in the order
+    read (the sort is stable); ``track``: the track id of every row."""
+    order = np.lexsort((-ev["end"].to_numpy(), ev["start"].to_numpy(), track,
+                        ev["proc"].to_numpy()))
+    return order.astype(np.int64, copy=False)
+
+
+def _tracks_sql(con: duckdb.DuckDBPyConnection, ev: pa.Table) -> tuple[
+        pa.Table, np.ndarray[Any, np.dtype[np.int64]]]:
+    """(tracks, track id of every row of ``ev``) by DuckDB over the registered ``ev`` and
+    ``mk`` (the general path, and the oracle of ``track_numbers``)."""
+    con.execute(f"""
+        CREATE TABLE trk AS
+        SELECT proc, kind, tid, device, stream,
+               row_number() OVER (PARTITION BY proc ORDER BY
+                 CASE kind WHEN '{HOST}' THEN 0 WHEN '{STREAM}' THEN 1 ELSE 2 END,
+                 device, stream, tid) - 1 AS track_id
+        FROM (SELECT proc, kind, coalesce(tid, -1) AS tid, coalesce(device, -1) AS device,
+                     coalesce(stream, -1) AS stream FROM ev
+              UNION SELECT proc, '{HOST}', tid, -1, -1 FROM mk)
+    """)
     pairs = con.sql(f"SELECT e.rid, t.track_id FROM ev AS e JOIN trk AS t ON {_TRACK_KEY}"
                     ).to_arrow_table()
     track = np.full(ev.num_rows, -1, dtype=np.int64)
     track[pairs["rid"].to_numpy()] = pairs["track_id"].to_numpy()
-    order = np.lexsort((-ev["end"].to_numpy(), ev["start"].to_numpy(), track,
-                        ev["proc"].to_numpy()))
-    return order.astype(np.int64, copy=False), track
+    tracks = con.sql("SELECT * FROM trk ORDER BY proc, track_id").to_arrow_table()
+    return tracks, track
+
+
+_KEY_LIMIT = 1 << 62
+
+
+def _codes(values: pa.Array) -> tuple[np.ndarray[Any, np.dtype[np.int64]], list[Any]]:
+    """(code of every value, the distinct values by code) by hashing."""
+    encoded = pc.dictionary_encode(values)
+    return (encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64),
+            encoded.dictionary.to_pylist())
+
+
+def track_numbers(ev: pa.Table, mk: pa.Table) -> tuple[
+        pa.Table, np.ndarray[Any, np.dtype[np.int64]]] | None:
+    """What ``_tracks_sql`` gives (tracks by process and track id; track id of every row
+    of ``ev``), by hashing the track columns in Arrow and numbering the distinct tracks
+    in Python; None when a value it does not handle is there (a null process, kind or
+    mark thread, a kind spelt twice in the dictionary, too many distinct values)."""
+    kind = ev["kind"].combine_chunks()
+    if ev["proc"].null_count or kind.null_count or mk["proc"].null_count \
+            or mk["tid"].null_count:
+        return None
+    texts = [str(t) for t in kind.dictionary.to_pylist()] \
+        if pa.types.is_dictionary(kind.type) else None
+    if texts is None or len(set(texts)) != len(texts) or HOST not in texts:
+        return None
+    host = texts.index(HOST)
+    n_ev, n_mk = ev.num_rows, mk.num_rows
+
+    def column(name: str, marks: pa.ChunkedArray | None) -> pa.Array:
+        values = pc.fill_null(ev[name], -1).combine_chunks().cast(pa.int64())
+        extra = marks.combine_chunks().cast(pa.int64()) if marks is not None \
+            else pa.array(np.full(n_mk, -1, dtype=np.int64))
+        return pa.concat_arrays([values, extra])
+
+    parts = [_codes(column("proc", mk["proc"])),
+             (np.concatenate([kind.indices.to_numpy(zero_copy_only=False).astype(np.int64),
+                              np.full(n_mk, host, dtype=np.int64)]), texts),
+             _codes(column("tid", mk["tid"])), _codes(column("device", None)),
+             _codes(column("stream", None))]
+    size = 1
+    for _codes_of, values in parts:
+        size *= max(1, len(values))
+    if size >= _KEY_LIMIT:
+        return None
+    key = np.zeros(n_ev + n_mk, dtype=np.int64)
+    for codes, values in parts:
+        key = key * max(1, len(values)) + codes
+    row_code, distinct = _codes(pa.array(key))
+    tuples = []
+    for packed in distinct:
+        fields = []
+        for _codes_of, values in reversed(parts):
+            packed, code = divmod(int(packed), max(1, len(values)))
+            fields.append(values[code])
+        stream, device, tid, kind_text, proc = fields
+        order = 0 if kind_text == HOST else 1 if kind_text == STREAM else 2
+        tuples.append((proc, order, device, stream, tid, kind_text))
+    number = np.zeros(len(tuples), dtype=np.int64)
+    rows: list[tuple[int, str, int, int, int, int]] = []
+    last, at = None, 0
+    for i in sorted(range(len(tuples)), key=lambda i: tuples[i][:5]):
+        proc, _order, device, stream, tid, kind_text = tuples[i]
+        at = at + 1 if proc == last else 0
+        last = proc
+        number[i] = at
+        rows.append((proc, kind_text, tid, device, stream, at))
+    columns = list(zip(*rows, strict=True)) if rows else [()] * 6
+    tracks = pa.table({
+        "proc": pa.array(columns[0], pa.int64()), "kind": pa.array(columns[1], pa.string()),
+        "tid": pa.array(columns[2], pa.int64()), "device": pa.array(columns[3], pa.int64()),
+        "stream": pa.array(columns[4], pa.int64()),
+        "track_id": pa.array(columns[5], pa.int64()),
+    })
+    return tracks, number[row_code[:n_ev]]
 
 
 def sort_events(loaded: Loaded, threads: int = 1) -> Sorted:
@@ -150,19 +243,15 @@ def sort_events(loaded: Loaded, threads: int = 1) -> Sorted:
         con.register("mk", _with_rid(mk, ("proc", "tid", "ts")))
         con.register("gm", _with_rid(loaded.gm, ("ts", "device", "name")))
         con.register("p2p", _with_rid(loaded.p2p, ("proc", "start")))
-        con.execute(f"""
-            CREATE TABLE trk AS
-            SELECT proc, kind, tid, device, stream,
-                   row_number() OVER (PARTITION BY proc ORDER BY
-                     CASE kind WHEN '{HOST}' THEN 0 WHEN '{STREAM}' THEN 1 ELSE 2 END,
-                     device, stream, tid) - 1 AS track_id
-            FROM (SELECT proc, kind, coalesce(tid, -1) AS tid, coalesce(device, -1) AS device,
-                         coalesce(stream, -1) AS stream FROM ev
-                  UNION SELECT proc, '{HOST}', tid, -1, -1 FROM mk)
-        """)
-        order, track = _interval_order(con, ev)
+        numbered = track_numbers(ev, mk)
+        if numbered is None:
+            tracks, track = _tracks_sql(con, ev)
+        else:
+            tracks, track = numbered
+            con.register("trk", tracks)
+        order = _interval_order(ev, track)
         return Sorted(
-            tracks=con.sql("SELECT * FROM trk ORDER BY proc, track_id").to_arrow_table(),
+            tracks=tracks,
             ev=ev, order=order, track=track, procs=ev["proc"].to_numpy()[order],
             instants=_taken(con, mk, f"""
                 SELECT m.rid, t.track_id FROM mk AS m JOIN trk AS t
