@@ -170,6 +170,24 @@ def pair_regions(group: I64, opens: npt.NDArray[np.bool_]) -> tuple[I64, I64, I6
     running minimum) makes every later event pair as if that close were absent.
     """
     n = len(group)
+    if n and _alternating(group, opens):  # begin, end, begin, end, ... in every group
+        every, empty = np.arange(n, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return every[0::2], every[1::2], empty, empty
+    return _pair_lifo(group, opens)
+
+
+def _alternating(group: I64, opens: npt.NDArray[np.bool_]) -> bool:
+    """Whether events come as (open, close) pairs of one group each: LIFO then pairs
+    event 2i with event 2i + 1 and leaves none unclosed or unmatched."""
+    if len(group) % 2:
+        return False
+    return bool(opens[0::2].all() and not opens[1::2].any()
+                and np.array_equal(group[0::2], group[1::2]))
+
+
+def _pair_lifo(group: I64, opens: npt.NDArray[np.bool_]) -> tuple[I64, I64, I64, I64]:
+    """``pair_regions`` for any sequence (clipped running depth per group)."""
+    n = len(group)
     empty = np.zeros(0, dtype=np.int64)
     if n == 0:
         return empty, empty, empty, empty

@@ -1,0 +1,78 @@
+"""Shortcuts of the Paraver reader against the general code they bypass (kept as the
+oracle): the alternating begin/end pairing against the clipped-depth LIFO pairing, and
+the device-only thread test on Arrow kernels against the numpy-object version it
+replaced."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from traceatlas.io.paraver import _alternating, _Assembler, _pair_lifo, pair_regions
+from traceatlas.model.schema import DEVICE_CATEGORIES
+
+
+def _same_pairs(group: np.ndarray, opens: np.ndarray) -> None:
+    got = pair_regions(group, opens)
+    want = _pair_lifo(group, opens)
+    for a, b in zip(got, want, strict=True):
+        assert a.tolist() == b.tolist()  # same pairs in the same order
+
+
+@settings(max_examples=80, deadline=None)
+@given(sizes=st.lists(st.integers(0, 6), max_size=12))
+def test_alternating_groups_pair_like_the_lifo_oracle(sizes: list[int]) -> None:
+    """Groups of (begin, end) pairs: the shortcut is taken and equals the general path."""
+    group = np.repeat(np.arange(len(sizes), dtype=np.int64), [2 * s for s in sizes])
+    opens = np.tile([True, False], len(group) // 2).astype(bool)
+    assert _alternating(group, opens)
+    _same_pairs(group, opens)
+
+
+@settings(max_examples=120, deadline=None)
+@given(events=st.lists(st.tuples(st.integers(0, 2), st.booleans()), max_size=40))
+def test_any_sequence_pairs_like_the_lifo_oracle(events: list[tuple[int, bool]]) -> None:
+    """Nested, unclosed, unmatched or split groups: same result as the general path."""
+    events = sorted(events, key=lambda e: e[0])
+    group = np.asarray([g for g, _ in events], dtype=np.int64)
+    opens = np.asarray([o for _, o in events], dtype=bool)
+    _same_pairs(group, opens)
+
+
+def test_a_pair_split_across_groups_is_not_alternating() -> None:
+    group = np.asarray([0, 1, 1, 1], dtype=np.int64)
+    opens = np.asarray([True, False, True, False])
+    assert not _alternating(group, opens)
+    o, c, u, m = pair_regions(group, opens)
+    assert (o.tolist(), c.tolist(), u.tolist(), m.tolist()) == ([2], [3], [0], [1])
+
+
+def _device_only_numpy(cat: list[str | None], rank: np.ndarray, track: np.ndarray,
+                       t_rank: np.ndarray, t_thread: np.ndarray) -> np.ndarray:
+    """The numpy version the reader used before (object array of strings)."""
+    c = np.asarray(cat, dtype=object)
+    key = rank * (1 << 32) + track
+    dev = np.isin(c, list(DEVICE_CATEGORIES))
+    other = (c != "state") & ~dev
+    tk = t_rank * (1 << 32) + t_thread
+    return np.isin(tk, key[dev]) & ~np.isin(tk, key[other])
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 2), st.integers(1, 2),
+                               st.sampled_from(["state", "kernel", "memcpy", "memset",
+                                                "cpu_op", "other", None])),
+                     min_size=1, max_size=30))
+def test_device_only_threads_like_the_numpy_version(
+        rows: list[tuple[int, int, str | None]]) -> None:
+    rank = np.asarray([r for r, _, _ in rows], dtype=np.int64)
+    track = np.asarray([t for _, t, _ in rows], dtype=np.int64)
+    cat = [c for _, _, c in rows]
+    t_rank = np.repeat(np.arange(3, dtype=np.int64), 2)
+    t_thread = np.tile(np.asarray([1, 2], dtype=np.int64), 3)
+    intervals = {"rank": rank, "track_id": track, "category": pa.array(cat, pa.string())}
+    got = _Assembler.device_only_threads(None, intervals, t_rank, t_thread)  # type: ignore[arg-type]
+    want = _device_only_numpy(cat, rank, track, t_rank, t_thread)
+    assert got.tolist() == want.tolist()
