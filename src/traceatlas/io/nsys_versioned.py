@@ -85,9 +85,12 @@ def _may_have_pairs(ev: pa.Table) -> bool:
     runtime = pc.equal(ev["source_category"].cast(pa.string()), RUNTIME_TABLE)
     if not pc.any(runtime).as_py():
         return False
-    rows = ev.filter(runtime)
-    raw = pc.extract_regex(rows["args"], r'"nameId":\s*"(?P<raw>[^"]*)"')
-    raw_names = pc.unique(pc.struct_field(raw, [0]).combine_chunks()).to_pylist()
+    rows = ev.select(["args", "name"]).filter(runtime)
+    # the same names from the distinct args texts (a few per API name): the regex runs
+    # on those only
+    raw = pc.extract_regex(pc.unique(rows["args"].combine_chunks()),
+                           r'"nameId":\s*"(?P<raw>[^"]*)"')
+    raw_names = pc.unique(pc.struct_field(raw, [0])).to_pylist()
     names = set(pc.unique(rows["name"].cast(pa.string()).combine_chunks()).to_pylist())
     versioned = {n for n in raw_names if n is not None and n not in names}
     public = {n for n in raw_names if n is not None and n in names}
