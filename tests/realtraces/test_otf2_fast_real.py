@@ -16,12 +16,16 @@ from traceatlas.io.sources import Source
 pytestmark = pytest.mark.realtrace
 
 
-def _read(anchor: Path, fast: bool) -> tuple[list[RankData], list[str]]:
+def _read(anchor: Path, fast: bool, parallel: bool = False
+          ) -> tuple[list[RankData], list[str]]:
     reader = Otf2Reader()
     reader.fast = fast
+    if parallel:  # locations read by 2 worker processes whatever the size and the load
+        reader.parallel_min_events = 0
+        reader.parallel_load_check = False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = reader.read(Source(str(anchor)))
+        out = reader.read(Source(str(anchor)), threads=2 if parallel else 1)
     return out, sorted(str(w.message) for w in caught)
 
 
@@ -29,12 +33,13 @@ def _canon(table: pa.Table) -> pa.Table:
     return table.sort_by([(c, "ascending") for c in table.column_names])
 
 
-def test_every_real_otf2_archive(traces_dir: Path) -> None:
+@pytest.mark.parametrize("parallel", [False, True], ids=["serial", "parallel"])
+def test_every_real_otf2_archive(traces_dir: Path, parallel: bool) -> None:
     anchors = sorted(traces_dir.rglob("*.otf2"))
     assert anchors, "no OTF2 archive among the real traces"
     for anchor in anchors:
         old, old_warnings = _read(anchor, fast=False)
-        new, new_warnings = _read(anchor, fast=True)
+        new, new_warnings = _read(anchor, fast=True, parallel=parallel)
         assert old_warnings == new_warnings, anchor
         assert [r.rank for r in old] == [r.rank for r in new], anchor
         for a, b in zip(old, new, strict=True):
