@@ -76,3 +76,32 @@ def test_device_only_threads_like_the_numpy_version(
     got = _Assembler.device_only_threads(None, intervals, t_rank, t_thread)  # type: ignore[arg-type]
     want = _device_only_numpy(cat, rank, track, t_rank, t_thread)
     assert got.tolist() == want.tolist()
+
+
+HEADER = b"#Paraver (01/01/2024 at 00:00):1000_ns:1(2):1:2(1:1,1:1)\n"
+
+
+def test_zero_led_cast_keeps_the_sliced_values() -> None:
+    """Leading zeros, 19-digit values, negative values (the block falls back to sliced
+    fields), an empty field and a value past int64: the fast parse equals the oracle."""
+    from traceatlas.io.paraver_body import Body, parse_header
+    from traceatlas.io.paraver_fields import parse_body
+
+    bodies = [
+        b"2:1:1:1:1:5:0060000019:007\n2:1:1:2:1:9:9223372036854775807:1\n",
+        b"2:1:1:1:1:5:60000019:-3\n2:1:1:2:1:9:50000002:4\n",
+        b"2:1:1:1:1:5:60000019:\n2:1:1:2:1:9:50000002:4\n",
+        b"2:1:1:1:1:5:60000019:9223372036854775808\n2:1:1:2:1:9:50000002:0\n",
+        b"1:1:1:1:1:0:10:1\n3:1:1:1:1:1:2:1:1:2:1:3:4:64:0\n2:1:1:1:1:5:1:1\n",
+    ]
+    for body in bodies:
+        data = HEADER + body
+        header, at = parse_header(data, "t.prv")
+        old = Body.parse(data, at, header, "t.prv")
+        new = parse_body(data, at, header, "t.prv", threads=1)
+        assert new.counts == old.counts and new.drops == old.drops
+        for name in ("states", "ev_fields", "ev_lines", "pairs", "comms"):
+            assert np.array_equal(getattr(old, name), getattr(new, name)), (body, name)
+    header, at = parse_header(HEADER + bodies[0], "t.prv")
+    first = parse_body(HEADER + bodies[0], at, header, "t.prv")
+    assert first.pairs[:, 1:3].tolist() == [[60000019, 7], [9223372036854775807, 1]]

@@ -3,10 +3,13 @@
 
 How: the body is cut into blocks of whole lines, parsed by a thread pool (numpy and
 Arrow kernels release the GIL). In a block, every ``:`` and line end is found with numpy;
-the bytes between two of them plus the delimiter are one element of a zero-copy Arrow
-string array over the file, the delimiter is sliced off and Arrow casts every field of
-every record line to int64 at once. Rows of a record type are then gathered from the flat
-values by each line's first field index. Damaged records are classified by the same rules
+each field is one element of an Arrow string array over a copy of the block in which
+every delimiter became a ``0`` (a field reads as ``0<digits>``: the same integer, nothing
+sliced), and Arrow casts every field of every record line to int64 at once. A block with
+an empty field, whitespace or a field that fails this cast (a negative value, damage)
+takes the first route: fields are the bytes between delimiters, sliced out of the file.
+Rows of a record type and the event pairs are then gathered from the flat values by each
+line's first field index, still in the block's thread. Damaged records are classified by the same rules
 and in the same order as the oracle: a non-ASCII record line or a non-integer field
 (``a field is not an integer``), a field count the type does not allow (``wrong number of
 fields``, checked first), times out of range, undeclared objects, reversed states and a
@@ -178,22 +181,16 @@ def _parse_block(data: bytes, b0: int, b1: int) -> _Block:
     rec = kind > 0
     if not rec.any():
         return block
-    offsets = np.empty(int(line_end_idx[-1]) + 2, dtype=np.int64)
-    offsets[0] = b0
-    np.add(pos[: len(offsets) - 1], b0 + 1, out=offsets[1:])
-    fields = pa.LargeStringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets),
-                                              pa.py_buffer(data))
-    if not rec.all():
-        fields = fields.take(pa.array(np.flatnonzero(np.repeat(rec, per_line))))
+    n_fields = int(line_end_idx[-1]) + 1
+    field_rows = None if rec.all() else pa.array(np.flatnonzero(np.repeat(rec, per_line)))
     lengths = per_line[rec]
-    fields = pc.binary_slice(fields.view(pa.large_binary()), 0, -1).view(pa.large_string())
     line_at = np.cumsum(lengths) - lengths
-    if np.count_nonzero(buf < 33) != len(newlines):  # whitespace other than line ends
-        last = np.zeros(len(fields), dtype=bool)
-        last[line_at + lengths - 1] = True
-        trimmed = pc.utf8_rtrim_whitespace(fields.filter(pa.array(last)))
-        fields = pc.replace_with_mask(fields, pa.array(last), trimmed)
-    values, ints = _cast(fields, lengths)
+    plain = np.count_nonzero(buf < 33) == len(newlines)  # no whitespace but line ends
+    cast = _cast_zero_led(buf, delim, pos, n_fields, field_rows, len(lengths)) if plain and bool(
+        np.all(pos[1:n_fields] - pos[: n_fields - 1] > 1)) else None
+    if cast is None:
+        cast = _cast_sliced(data, b0, pos, n_fields, field_rows, lengths, line_at, plain)
+    values, ints = cast
     block.values = values
     local = np.flatnonzero(rec)
     rec_kind = kind[rec]
@@ -237,6 +234,47 @@ def _take_rows(values: I64, at: I64, width: int) -> I64:
         np.add(at, j, out=idx)
         values.take(idx, out=out[j], mode="clip")
     return out.T
+
+
+def _cast_zero_led(buf: npt.NDArray[np.uint8], delim: Mask, pos: I64, n_fields: int,
+                   rows: pa.Array | None, n_lines: int) -> tuple[I64, Mask] | None:
+    """Every field cast at once, each read with the delimiter before it turned into a
+    ``0`` (``:123`` -> ``0123``, the same integer) so no field is sliced; None when a
+    field fails (a negative or damaged one: the caller slices). Needs fields that are not
+    empty (no two delimiters side by side) and no whitespace but line ends."""
+    text = np.where(delim, np.uint8(48), buf)  # delim: the ':' and line ends of buf
+    offsets = np.empty(n_fields + 1, dtype=np.int64)
+    offsets[0] = 0
+    offsets[1:] = pos[:n_fields]
+    fields = pa.LargeStringArray.from_buffers(n_fields, pa.py_buffer(offsets),
+                                              pa.py_buffer(text))
+    if rows is not None:
+        fields = fields.take(rows)
+    try:
+        values = np.asarray(pc.cast(fields, pa.int64()).to_numpy(), dtype=np.int64)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return values, np.ones(n_lines, dtype=bool)
+
+
+def _cast_sliced(data: bytes, b0: int, pos: I64, n_fields: int, rows: pa.Array | None,
+                 lengths: I64, line_at: I64, plain: bool) -> tuple[I64, Mask]:
+    """Fields as the bytes between delimiters (trailing whitespace of a line's last field
+    trimmed unless ``plain``), cast to int64; per line, whether all are integers."""
+    offsets = np.empty(n_fields + 1, dtype=np.int64)
+    offsets[0] = b0
+    np.add(pos[:n_fields], b0 + 1, out=offsets[1:])
+    fields = pa.LargeStringArray.from_buffers(n_fields, pa.py_buffer(offsets),
+                                              pa.py_buffer(data))
+    if rows is not None:
+        fields = fields.take(rows)
+    fields = pc.binary_slice(fields.view(pa.large_binary()), 0, -1).view(pa.large_string())
+    if not plain:  # whitespace other than line ends
+        last = np.zeros(len(fields), dtype=bool)
+        last[line_at + lengths - 1] = True
+        trimmed = pc.utf8_rtrim_whitespace(fields.filter(pa.array(last)))
+        fields = pc.replace_with_mask(fields, pa.array(last), trimmed)
+    return _cast(fields, lengths)
 
 
 def _cast(fields: pa.Array, lengths: I64) -> tuple[I64, Mask]:
