@@ -353,6 +353,11 @@ class Columns:
         if enum and self.catalog.has(enum) and {"id", "label"} <= set(
             self.catalog.columns(enum)
         ):
+            # inline only for an INTEGER column: comparing a column without affinity
+            # to the enum's id converts text such as '2'; a literal would not
+            labels = _enum_case(self.catalog, enum) if self.present[col] == "INTEGER" else None
+            if labels is not None:
+                return (f"CASE {ref} {labels}ELSE {ref} END" if labels else ref), absent
             return f"coalesce((SELECT label FROM {quote(enum)} WHERE id = {ref}), {ref})", absent
         if col == "jsonText":
             # as json_patch('{}', ...) merges it: null members of objects dropped, a JSON
@@ -401,6 +406,39 @@ class Columns:
             parts.append(member if absent is None else
                          f"CASE WHEN {absent} THEN '' ELSE {member} END")
         return f"('{{' || substr({' || '.join(parts)}, 2) || '}}')"
+
+
+_ENUM_CASE_ROWS = 64
+"""Largest ENUM_* table whose labels ``Columns.args`` writes inline as a CASE."""
+
+
+def _enum_case(cat: Catalog, enum: str) -> str | None:
+    """``WHEN id THEN 'label' ...`` for every row of ``enum`` with a label: the same
+    value as ``coalesce((SELECT label FROM enum WHERE id = ref), ref)`` without a
+    look-up per row. None (use the look-up) unless the table is small, its ``id`` is
+    declared INTEGER and holds distinct integers, and every label is NULL or UTF-8 text
+    without NUL."""
+    if cat.columns(enum).get("id") != "INTEGER":
+        return None
+    rows = cat.con.execute(
+        f"SELECT id, typeof(id), hex(label), typeof(label) FROM {quote(enum)} "
+        f"LIMIT {_ENUM_CASE_ROWS + 1}").fetchall()
+    if len(rows) > _ENUM_CASE_ROWS or len({r[0] for r in rows}) != len(rows):
+        return None
+    parts = []
+    for code, code_type, label_hex, label_type in rows:
+        if code_type != "integer" or label_type not in ("text", "null"):
+            return None
+        if label_type == "null":
+            continue  # coalesce falls back to the code, as the ELSE does
+        try:
+            label = bytes.fromhex(str(label_hex)).decode("utf-8")
+        except (UnicodeDecodeError, ValueError):
+            return None
+        if "\x00" in label:
+            return None
+        parts.append(f"WHEN {int(code)} THEN {literal(label)} ")
+    return "".join(parts)
 
 
 def _no_blob(value: str, ref: str) -> str:
