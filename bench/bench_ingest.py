@@ -42,7 +42,7 @@ REPO_ROOT = BENCH_DIR.parent
 SHARED = REPO_ROOT.parent / "shared"
 DEFAULT_SCALER = SHARED / "tools" / "scale_trace.py"
 DEFAULT_SOURCE = SHARED / "traces" / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
-DEFAULT_HTA_PYTHON = "/tmp/tabench/hta-venv/bin/python"
+DEFAULT_HTA_PYTHON = "/work/hta-venv/bin/python"
 RESULT_TAG = "BENCH_RESULT "
 # Peak RSS of HTA's parser per rank, as a multiple of the file size (measured
 # ~4.7x); used only for the pre-flight "does it fit in RAM" check.
@@ -62,6 +62,7 @@ class Case:
 CASES: dict[str, Case] = {
     c.name: c
     for c in (
+        Case("50mb", copies=6, ranks=1),
         Case("200mb", copies=21, ranks=1),
         Case("1gb", copies=106, ranks=1),
         Case("8x200mb", copies=21, ranks=8),

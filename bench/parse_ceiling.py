@@ -6,6 +6,10 @@ Arrow with no transforms (the parser traceatlas uses for events); and, for refer
 full msgspec decode into typed structs with the garbage collector paused.
 
 Usage: python bench/parse_ceiling.py FILE.json [--threads 2]
+
+With ``--ab N`` it instead times the Kineto reader itself (``KinetoReader.read``, no
+store writes) N times with the JSON ``args`` read (``TYPED_ARGS = False``, the old path)
+and the typed one alternately: wall and CPU seconds (all threads, ``getrusage``).
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ import argparse
 import gc
 import json
 import os
+import resource
 import tempfile
 import time
+import warnings
 
 import duckdb
 import msgspec
@@ -42,11 +48,44 @@ def _timed(fn: object) -> float:
     return time.perf_counter() - t0
 
 
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def reader_ab(path: str, runs: int, threads: int) -> None:
+    """Old (JSON args) and new (typed args) reader paths, alternated, ``runs`` each."""
+    from traceatlas.io import kineto_events
+    from traceatlas.io.kineto import KinetoReader
+    from traceatlas.io.sources import resolve_inputs
+
+    (source,) = resolve_inputs([path])
+    rows: dict[str, list[dict[str, float]]] = {"json_args": [], "typed_args": []}
+    for _ in range(runs):
+        for label, typed in (("json_args", False), ("typed_args", True)):
+            kineto_events.TYPED_ARGS = typed
+            c0, t0 = _cpu_s(), time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                KinetoReader().read(source, threads=threads)
+            rows[label].append({"wall_s": round(time.perf_counter() - t0, 3),
+                                "cpu_s": round(_cpu_s() - c0, 3)})
+    best = {k: {m: min(r[m] for r in v) for m in ("wall_s", "cpu_s")} for k, v in rows.items()}
+    print(json.dumps({"file": path, "MB": round(os.path.getsize(path) / 1e6, 1),
+                      "threads": threads, "load_avg": os.getloadavg(), "runs": rows,
+                      "best": best}, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("file")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ab", type=int, default=0, metavar="N",
+                    help="time the reader's old and new args paths N times each")
     args = ap.parse_args()
+    if args.ab:
+        reader_ab(args.file, args.ab, args.threads)
+        return
     size = os.path.getsize(args.file)
     out: dict[str, float] = {}
     t0 = time.perf_counter()

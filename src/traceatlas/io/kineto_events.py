@@ -66,11 +66,22 @@ _COLUMNS = (
 _EVENTS_SQL = """
 SELECT ph, cat, name, coalesce(pid, '') AS pid, coalesce(tid, '') AS tid, id, s AS scope,
        ts AS ts_us, dur AS dur_us, args IS NOT NULL AS has_args,
-       CASE WHEN ph IN ('X', 'M') THEN json_transform(args, {arg_struct}) END AS a
+       CASE WHEN ph IN ('X', 'M') THEN {arg_value} END AS a
 FROM read_json({path}, format = 'array', maximum_object_size = {max_object},
                ignore_errors = {tolerant}, columns = {columns})
 """
-"""``ts``/``dur`` come back as DECIMAL(38,3) us, i.e. 128-bit integers of ns (see ``_ns``)."""
+"""``ts``/``dur`` come back as DECIMAL(38,3) us, i.e. 128-bit integers of ns (see ``_ns``).
+
+``a`` (the ``ARG_FIELDS`` of X and M events) is read in one of two ways. Typed: the
+reader parses ``args`` straight into the struct (one parse; ~25% less CPU for the whole
+read), but stops with a "JSON transform error" on any field it cannot convert (a string
+``correlation``, ``args`` that is not an object), in any event. As JSON: the reader keeps
+``args`` as JSON and ``json_transform`` re-parses it, leaving unconvertible fields null.
+Where the typed read succeeds both give the same table (tested on every real trace); the
+typed read runs first and the JSON read is the fallback (``load_events``)."""
+
+TYPED_ARGS = True
+"""Try the typed ``args`` read first (False: JSON read only; the tests' oracle)."""
 
 _SHAPE_SQL = """
 SELECT json_type(json) = 'OBJECT' AS is_object,
@@ -194,11 +205,21 @@ class _Dropped:
         ]
 
 
-def _sql(path: str, *, tolerant: bool) -> str:
+def _sql(path: str, *, tolerant: bool, typed_args: bool = False) -> str:
+    if typed_args:
+        struct = "STRUCT(" + ", ".join(
+            '"' + key.replace('"', '""') + f'" {kind}' for key, kind in ARG_FIELDS.items()
+        ) + ")"
+        columns = _COLUMNS.replace("args: 'JSON'", "args: '" + struct.replace("'", "''") + "'")
+        arg_value = "args"
+    else:
+        columns = _COLUMNS
+        arg_value = ("json_transform(args, '" + json.dumps(ARG_FIELDS).replace("'", "''")
+                     + "')")
     return _EVENTS_SQL.format(
         path=file_list([path]),
-        columns=_COLUMNS,
-        arg_struct="'" + json.dumps(ARG_FIELDS).replace("'", "''") + "'",
+        columns=columns,
+        arg_value=arg_value,
         max_object=_MAX_OBJECT,
         tolerant="true" if tolerant else "false",
     )
@@ -253,9 +274,23 @@ def load_events(
     events are reported (``DataQualityWarning``) and added to ``notes``.
     """
     con.execute("SET preserve_insertion_order = true")
+    tables = None
     dropped = _Dropped()
+    if TYPED_ARGS:
+        try:
+            tables = _scan(con, _sql(path, tolerant=False, typed_args=True), base_ns, args,
+                           None, dropped)
+        except duckdb.InvalidInputException as exc:
+            if not _is_value_error(exc):
+                raise
+            # An ``args`` field (or a time) the typed read cannot convert: read again
+            # with ``args`` as JSON. The failed pass took part of ``args``: slice them
+            # again from the staged text.
+            args = _reslice(path, display)
+            dropped = _Dropped()
     try:
-        tables = _scan(con, _sql(path, tolerant=False), base_ns, args, None, dropped)
+        if tables is None:
+            tables = _scan(con, _sql(path, tolerant=False), base_ns, args, None, dropped)
     except duckdb.InvalidInputException as exc:
         if not _is_value_error(exc):
             raise
@@ -263,13 +298,18 @@ def load_events(
         shape = con.sql(_SHAPE_SQL.format(path=file_list([path]), max_object=_MAX_OBJECT))
         # The strict pass took (and released) part of ``args``: slice them again from
         # the staged text (this path runs only for files with unreadable values).
-        with open(path, "rb") as staged:
-            args = raw_args(staged.read(), display)
+        args = _reslice(path, display)
         tables = _scan(con, _sql(path, tolerant=True), base_ns, args,
                        shape.to_arrow_table(), dropped)
     for note in dropped.notes(display):
         report(notes, note, stacklevel=3)
     return _set_aside(*tables, base_ns, display, notes)
+
+
+def _reslice(path: str, display: str) -> ArgsText:
+    """Every event's ``args`` text again, from the staged events file."""
+    with open(path, "rb") as staged:
+        return raw_args(staged.read(), display)
 
 
 def _set_aside(

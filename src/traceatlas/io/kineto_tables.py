@@ -459,7 +459,9 @@ def _flows(con: duckdb.DuckDBPyConnection) -> pa.Table:
     """Flow links. Within one (category, id), endpoints ordered by time (s < t < f at equal
     times) are linked one to the next: s->f, or s->t->f for chains; a start with no
     following end keeps a null destination, an end with no preceding start or step keeps a
-    null source. Repeated ids give several rows; nothing is dropped."""
+    null source. Repeated ids give several rows; nothing is dropped. Rows are in time
+    order, ties broken by every column, so the table is the same from run to run (DuckDB's
+    threads left ties in any order before)."""
     return con.sql(f"""
         WITH f AS (
           SELECT coalesce(cat, ev.name) AS flow_name, coalesce(id, '') AS id, ph,
@@ -480,5 +482,6 @@ def _flows(con: duckdb.DuckDBPyConnection) -> pa.Table:
         UNION ALL
         SELECT id, flow_name, NULL, NULL, track_id, ts_ns
         FROM o WHERE ph IN ('t', 'f') AND (prev_ph IS NULL OR prev_ph = 'f')
-        ORDER BY coalesce(src_ts_ns, dst_ts_ns)
+        ORDER BY coalesce(src_ts_ns, dst_ts_ns), name, flow_id, src_track_id, dst_track_id,
+                 src_ts_ns, dst_ts_ns
     """).to_arrow_table()
