@@ -63,22 +63,40 @@ class ParaverReader:
         return head.startswith(b"#Paraver")
 
     def read(self, source: Source, *, threads: int = 1) -> list[RankData]:
-        """Parse one Paraver trace into one ``RankData`` per task."""
+        """Parse one Paraver trace into one ``RankData`` per task.
+
+        numpy's transparent-huge-page advice is off while the trace is read (restored
+        after): the reader allocates and frees many short-lived arrays of tens of MB, and
+        where the kernel compacts memory to fault in huge pages (THP ``defrag=madvise``)
+        that cost more system time than the rest of the parse (measured on a 178 MB
+        trace: 1.8-2.8 s of system time with the advice, 1.1 s without)."""
         if source.member is not None:
             raise UnsupportedFormatError(
                 source.display, "Paraver traces inside an archive are not supported; "
                 "extract the .prv with its .pcf and .row and ingest the .prv"
             )
-        data = source.read_bytes()
-        header, body_at = parse_header(data, source.display)
-        prv = Path(source.path)
-        companions: dict[str, str] = {}
-        pcf, companions["pcf"] = _read_pcf(prv, source.display)
-        rows, companions["row"] = _read_row(prv, header)
-        body = parse_body(data, body_at, header, source.display, threads=threads)
-        del data
-        notes = _report_body(body, source.display)
-        return _Assembler(source, header, pcf, rows, body, companions, notes).ranks()
+        previous = _huge_pages(False)
+        try:  # one frame: the warnings' stack levels count from read()
+            data = source.read_bytes()
+            header, body_at = parse_header(data, source.display)
+            prv = Path(source.path)
+            companions: dict[str, str] = {}
+            pcf, companions["pcf"] = _read_pcf(prv, source.display)
+            rows, companions["row"] = _read_row(prv, header)
+            body = parse_body(data, body_at, header, source.display, threads=threads)
+            del data
+            notes = _report_body(body, source.display)
+            return _Assembler(source, header, pcf, rows, body, companions, notes).ranks()
+        finally:
+            _huge_pages(previous)
+
+
+def _huge_pages(enabled: bool) -> bool:
+    """Set numpy's huge-page advice for new arrays; the previous setting (True when this
+    numpy has no such switch, so restoring is a no-op)."""
+    multiarray = getattr(getattr(np, "_core", None), "multiarray", None)
+    switch = getattr(multiarray, "_set_madvise_hugepage", None)
+    return bool(switch(enabled)) if switch is not None else True
 
 
 def _warn(message: str) -> None:

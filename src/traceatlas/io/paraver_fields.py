@@ -48,7 +48,7 @@ from traceatlas.io.paraver_pcf import TIME_ORIGIN_RE
 
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
-BLOCK_BYTES = 32 << 20
+BLOCK_BYTES = 4 << 20
 """Body bytes per block (cut at the next line end)."""
 _FIXED = {1: 8, 3: 15}
 _COMMENTS = 16
