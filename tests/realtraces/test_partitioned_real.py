@@ -124,8 +124,9 @@ def test_partitioned_equals_whole_local_2_processes(
     checked = _check_all(trace, LocalEngine(2), ranks_per_task=3)
     expected = {"dlrm": {"breakdown", "kernels", "idle", "launch", "queue", "syncs",
                          "overlap", "annotations", "patterns", "steps", "profile",
-                         "load_imbalance"},
-                "healthy": {"breakdown", "kernels", "idle", "profile", "load_imbalance"},
+                         "load_imbalance", "collectives", "time_profile", "phases"},
+                "healthy": {"breakdown", "kernels", "idle", "profile", "load_imbalance",
+                            "collectives", "time_profile", "phases"},
                 "lulesh": {"profile", "counters", "load_imbalance", "comm_matrix",
                            "comm_by_rank", "message_histogram", "comm_over_time",
                            "mpi_wait"}}[key]
@@ -148,7 +149,8 @@ def test_partitioned_equals_whole_dask_local_cluster(
             got = registry.run(name, trace, typed, engine=engine)
             _same(got, registry.get_analysis(name).run(trace, typed), name)
             checked.append(name)
-        assert {"breakdown", "kernels", "idle", "profile"} <= set(checked)
+        assert {"breakdown", "kernels", "idle", "profile", "collectives", "time_profile",
+                "phases"} <= set(checked)
         # a selection (ranks 1-6, cut to a window) travels to the workers
         view = trace.select(ranks="1-6")
         got = run_partitioned(registry.get_analysis("breakdown"), view,

@@ -31,7 +31,7 @@ when ranks exchange with different peers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import Result
@@ -60,8 +60,19 @@ class Collectives:
     params = ()
     requires = ("comm",)
 
+    partition = "rank"
+    """Per rank (``analysis.partitioned``): each batch sends its ranks' communication
+    kernels numbered per (rank, process group, op) and its first event; ``merge`` matches
+    the instances across batches (the rows sent are those of ``per_rank``)."""
+
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """One row per collective instance; extra tables per_rank and stragglers."""
+        return self.merge([self.partial(trace, params)], params)
+
+    def partial(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """The communication kernels of ``trace`` (rank, start_ns, end_ns, op,
+        process_group ('' when none), bytes, occurrence); extra ``_t0`` (one row: the
+        first interval start, null when none)."""
         import polars as pl
 
         op = pl.coalesce(
@@ -80,8 +91,18 @@ class Collectives:
             .sort("rank", "start_ns", "end_ns")
             .with_columns(occurrence=pl.int_range(pl.len(), dtype=pl.Int64)
                           .over("rank", "process_group", "op"))
+            .select("rank", "start_ns", "end_ns", "op", "process_group", "bytes",
+                    "occurrence")
         )
-        per_rank_keyed = kernels.with_columns(
+        t0 = trace.intervals.select(pl.col("start_ns").min().alias("t0"))
+        rows, first = pl.collect_all([kernels, t0])
+        return Result(rows, extra={"_t0": first})
+
+    def merge(self, partials: Sequence[Result], params: Mapping[str, Any]) -> Result:
+        """Instances matched over every batch's kernels (``partial``)."""
+        import polars as pl
+
+        per_rank_keyed = pl.concat([p.table for p in partials], how="vertical").lazy().with_columns(
             first=pl.col("start_ns").min().over(INSTANCE),
             last=pl.col("start_ns").max().over(INSTANCE),
         )
@@ -114,7 +135,8 @@ class Collectives:
             .sort("instance", "rank")
             .collect()
         )
-        t0 = int(trace.intervals.select(pl.col("start_ns").min()).collect().item() or 0)
+        firsts = [v for p in partials for v in p.extra["_t0"]["t0"] if v is not None]
+        t0 = int(min(firsts)) if firsts else 0
         since = [(pl.col("start_ns") - t0), (pl.col("end_ns") - t0)]
         return Result(table.with_columns(*since),
                       extra={"per_rank": per_rank.with_columns(*since),

@@ -11,7 +11,8 @@ TensorBoard plugin's peak) and the first time it is reached (``peak_ns``), the `
 its time; ``device_total_bytes`` (``deviceProperties`` totalGlobalMem, GPUs) and
 ``peak_share`` of it; ``live_at_peak_bytes`` (what the allocations live at the peak that the
 trace saw add up to; the rest was allocated before the trace began); ``note`` (non-empty when
-the curve was rebuilt from the running sum of ``Bytes``: relative to the trace start).
+the curve was rebuilt from the running sum of ``Bytes``: relative to the trace start);
+``peak_seq``: the peak event's index among the rank's ``[memory]`` events (0-based, time order).
 
 Extra tables: ``holders`` (allocations live at the peak, by ``op`` and ``annotation``:
 ``live_bytes``, ``allocations``, ``share`` of the peak; ``op`` ``(before the trace)`` for
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -61,6 +62,20 @@ class Memory:
                    "allocations (TensorBoard Memory View), unfreed memory, growth per step")
     params = ()
     requires = ("intervals",)
+    partition = "rank"
+    """Per rank (``analysis.partitioned``): every table is per rank and device; the
+    batches' tables concatenate in rank order (``merge``)."""
+
+    @staticmethod
+    def merge(partials: Sequence[Result], params: Mapping[str, Any]) -> Result:
+        """``concat``, the per-device rebuilt-curve notes first (as a whole run writes
+        them), then the other notes once each."""
+        from traceatlas.analysis.partitioned import concat
+
+        merged = concat(partials)
+        rebuilt = [n for n in merged.notes if n.endswith(REBUILT_NOTE)]
+        merged.notes = rebuilt + [n for n in merged.notes if not n.endswith(REBUILT_NOTE)]
+        return merged
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """``peaks`` table; ``holders``, ``by_op``, ``unfreed``, ``steps``, ``carried``,
@@ -80,8 +95,9 @@ class Memory:
                          "be matched with their free and are left out of holders/unfreed")
         peaks = _peaks(trace, mem, allocs)
         steps, carried = _steps(trace, mem.frame, allocs)
-        return Result(peaks, extra={
-            "holders": _holders(peaks, allocs), "by_op": by_op(trace, mem),
+        holders = _holders(peaks, allocs)
+        return Result(_rank_seq(peaks, mem.frame), extra={
+            "holders": holders, "by_op": by_op(trace, mem),
             "unfreed": _unfreed(allocs), "steps": steps, "carried": carried,
             "allocations": allocations(mem.frame, allocs)}, notes=notes)
 
@@ -155,6 +171,17 @@ def _peaks(trace: Trace, mem: MemoryEvents, allocs: pl.DataFrame) -> pl.DataFram
                                                                   "device_id")
 
 
+def _rank_seq(peaks: pl.DataFrame, frame: pl.DataFrame) -> pl.DataFrame:
+    """``peak_seq`` counted from the rank's first memory event (0-based, time order), so a
+    rank's row does not depend on the other ranks in the view (``partition = "rank"``)."""
+    import polars as pl
+
+    first = frame.group_by("rank").agg(pl.col("seq").min().alias("_first"))
+    return (peaks.join(first, on="rank", how="left", maintain_order="left")
+            .with_columns((pl.col("peak_seq") - pl.col("_first")).alias("peak_seq"))
+            .drop("_first"))
+
+
 def _holders(peaks: pl.DataFrame, allocs: pl.DataFrame) -> pl.DataFrame:
     """Live bytes at the peak by (op, annotation), largest first; the part allocated
     before the trace began as one row (not for rebuilt curves: they start at 0)."""
@@ -173,8 +200,9 @@ def _holders(peaks: pl.DataFrame, allocs: pl.DataFrame) -> pl.DataFrame:
     return (both.join(peaks.select(*DEV, "peak_allocated_bytes"), on=DEV)
             .with_columns(share=pl.col("live_bytes") / pl.col("peak_allocated_bytes"))
             .drop("peak_allocated_bytes")
-            .sort(["rank", "device_type", "device_id", "live_bytes", "op"],
-                  descending=[False, False, False, True, False], nulls_last=True))
+            .sort(["rank", "device_type", "device_id", "live_bytes", "op", "annotation",
+                   "allocations"], descending=[False, False, False, True, False, False, False],
+                  nulls_last=True))
 
 
 def by_op(trace: Trace, mem: MemoryEvents) -> pl.DataFrame:

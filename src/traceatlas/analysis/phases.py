@@ -36,7 +36,7 @@ itself lives in ``traceatlas.ops.phases`` so that selections do not call the ana
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import MAX_COUNT, MAX_LEVEL, Param, Result
@@ -64,26 +64,49 @@ class Phases:
               maximum=MAX_COUNT),
     )
     requires = ("intervals",)
+    partition = "rank"
+    """Per rank (``analysis.partitioned``): each batch sends its ranks' iterations, loop
+    structure, ranks without a loop and candidate count; ``merge`` writes the notes."""
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """Per rank and iteration: start, end, duration, events; ``structure`` extra."""
+        return self.merge([self.partial(trace, params)], params)
+
+    def partial(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """The loops of ``trace``'s ranks: the table, extras ``structure``, ``_missing``
+        (ranks without a loop) and ``_candidates`` (events looked at); no notes."""
         import polars as pl
 
         level, names = int(params["level"]), str(params["names"])
-        min_repeats = int(params["min_repeats"])
         if names:
             names = check_regex(names, "--param names")
-        found = detect_phases(trace, names, level, min_repeats)
-        if not found.rows:
-            raise MissingDataError(self.name, no_loop_problem(names, level, min_repeats,
-                                                              found.candidates))
+        found = detect_phases(trace, names, level, int(params["min_repeats"]))
         table = pl.DataFrame(found.rows, schema={"rank": pl.Int64, "phase": pl.Int64,
                                                  "start_ns": pl.Int64, "end_ns": pl.Int64,
                                                  "events": pl.Int64}, orient="row")
         table = table.with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns")).select(
             "rank", "phase", "start_ns", "end_ns", "dur_ns", "events")
-        return Result(table, {"structure": pl.DataFrame(found.structure)},
-                      _notes(found.structure, found.missing))
+        return Result(table, {"structure": pl.DataFrame(found.structure),
+                              "_missing": pl.DataFrame({"rank": found.missing},
+                                                       schema={"rank": pl.Int64}),
+                              "_candidates": pl.DataFrame({"n": [found.candidates]})})
+
+    def merge(self, partials: Sequence[Result], params: Mapping[str, Any]) -> Result:
+        """Tables and structures concatenated in batch (rank) order; the notes of the
+        whole trace; MissingDataError when no rank has a loop."""
+        import polars as pl
+
+        table = pl.concat([p.table for p in partials], how="vertical")
+        if table.height == 0:
+            candidates = sum(int(p.extra["_candidates"]["n"].sum()) for p in partials)
+            raise MissingDataError(self.name, no_loop_problem(
+                str(params["names"]), int(params["level"]), int(params["min_repeats"]),
+                candidates))
+        structure = pl.concat([p.extra["structure"] for p in partials
+                               if p.extra["structure"].height], how="vertical")
+        missing = [int(r) for p in partials for r in p.extra["_missing"]["rank"]]
+        return Result(table, {"structure": structure},
+                      _notes(structure.to_dicts(), missing))
 
 
 def _notes(structure: list[dict[str, Any]], missing: list[int]) -> list[str]:

@@ -28,12 +28,13 @@ states, see ``profile``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from traceatlas.analysis.base import Param, Result
+from traceatlas.analysis.partitioned import summed_notes
 from traceatlas.analysis.profile import CATEGORIES_HELP
 from traceatlas.ops.exclusive import exclusive_intervals
 
@@ -93,9 +94,38 @@ class TimeProfile:
         Param("categories", str, "", CATEGORIES_HELP),
     )
     requires = ("intervals",)
+    partition = "rank"
+    """Per rank (``analysis.partitioned``), in two passes: ``prepare`` sends each batch's
+    span, the bins divide the whole span (``prepared``); ``partial`` sends each batch's
+    exclusive time per (bin, name, category), its names and rank count; ``merge`` sums."""
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """Long table: one row per bin and name."""
+        return self.merge([self.partial(trace, params)], params)
+
+    def prepare(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """A batch's span: one row ``lo``, ``hi`` (ns; null when it has no events)."""
+        import polars as pl
+
+        span = run_span(trace)
+        lo, hi = span if span is not None else (None, None)
+        return Result(pl.DataFrame({"lo": [lo], "hi": [hi]},
+                                   schema={"lo": pl.Int64, "hi": pl.Int64}))
+
+    def prepared(self, partials: Sequence[Result], params: Mapping[str, Any]
+                 ) -> dict[str, Any]:
+        """The span over every batch (``run_span`` of the whole selection)."""
+        import polars as pl
+
+        both = pl.concat([p.table for p in partials]).select(
+            pl.col("lo").min(), pl.col("hi").max())
+        lo, hi = both.row(0)
+        return {"span_ns": (int(lo), int(hi))}
+
+    def partial(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """Exclusive ns per (bin, name, category) of ``trace``'s rows in the bins of
+        ``params["span_ns"]`` (default: ``trace``'s own span); extras ``names`` (the kept
+        name, category pairs) and ``_ranks`` (one row: ranks with intervals)."""
         import polars as pl
 
         from traceatlas.errors import InputError
@@ -104,10 +134,9 @@ class TimeProfile:
         if nbins < 1:
             raise InputError("--param bins", f"needs at least 1 bin, got {nbins}")
         frame, notes = exclusive_intervals(trace, str(params["categories"]))
-        span = run_span(trace)
+        span = params.get("span_ns") or run_span(trace)
         assert span is not None  # the "intervals" requirement holds
-        edges = bin_edges(*span, nbins)
-        ranks = frame["rank"].n_unique()
+        edges = bin_edges(int(span[0]), int(span[1]), nbins)
         kept = frame.with_row_index("row").filter(pl.col("keep"))
         # Segments: + each kept row; - each child's overlap, booked on its kept parent.
         children = frame.with_row_index("row").filter(pl.col("parent") >= 0).join(
@@ -125,15 +154,34 @@ class TimeProfile:
         parts = pl.DataFrame({
             "bin": b, "name": segs["name"].gather(seg), "category": segs["category"].gather(seg),
             "exclusive_ns": overlap * segs["sign"].to_numpy()[seg]})
+        sums = parts.group_by("bin", "name", "category").agg(pl.col("exclusive_ns").sum())
+        return Result(sums, extra={"names": kept.select("name", "category").unique(),
+                                   "_ranks": pl.DataFrame({"n": [frame["rank"].n_unique()]}),
+                                   "_span": pl.DataFrame({"lo": [int(span[0])],
+                                                          "hi": [int(span[1])]})},
+                      notes=notes)
+
+    def merge(self, partials: Sequence[Result], params: Mapping[str, Any]) -> Result:
+        """The batches' sums added per (bin, name, category); every name in every bin;
+        idle per bin over the ranks of every batch."""
+        import polars as pl
+
+        nbins = int(params["bins"])
+        lo, hi = partials[0].extra["_span"].row(0)
+        edges = bin_edges(lo, hi, nbins)
+        ranks = sum(int(p.extra["_ranks"]["n"].sum()) for p in partials)
+        names = pl.concat([p.extra["names"] for p in partials]).unique()
+        sums = (pl.concat([p.table for p in partials]).group_by("bin", "name", "category")
+                .agg(pl.col("exclusive_ns").sum()))
         bins = pl.DataFrame({"bin": np.arange(nbins, dtype=np.int64),
                              "bin_start_ns": edges[:-1], "bin_end_ns": edges[1:]})
-        sums = parts.group_by("bin", "name", "category").agg(pl.col("exclusive_ns").sum())
         table = (
-            kept.select("name", "category").unique().join(bins, how="cross")
+            names.join(bins, how="cross")
             .join(sums, on=["bin", "name", "category"], how="left")
             .with_columns(pl.col("exclusive_ns").fill_null(0))
             .select("bin", "bin_start_ns", "bin_end_ns", "name", "category", "exclusive_ns")
-            .sort(["bin", "exclusive_ns", "name"], descending=[False, True, False])
+            .sort(["bin", "exclusive_ns", "name", "category"],
+                  descending=[False, True, False, False])
         )
         idle = (
             bins.join(table.group_by("bin").agg(busy=pl.col("exclusive_ns").sum()), on="bin",
@@ -146,6 +194,7 @@ class TimeProfile:
             width = ranks * (pl.col("bin_end_ns") - pl.col("bin_start_ns"))
             table = table.with_columns(fraction=pl.col("exclusive_ns") / width)
             idle = idle.with_columns(fraction=pl.col("idle_ns") / width)
-        notes.append(f"{nbins} bins of ~{(span[1] - span[0]) / nbins:.0f} ns from "
-                     f"{span[0]} to {span[1]} ns; {ranks} rank(s)")
+        notes = summed_notes(partials)
+        notes.append(f"{nbins} bins of ~{(hi - lo) / nbins:.0f} ns from "
+                     f"{lo} to {hi} ns; {ranks} rank(s)")
         return Result(table, extra={"idle": idle}, notes=notes)
