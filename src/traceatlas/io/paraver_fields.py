@@ -7,10 +7,10 @@ each field is one element of an Arrow string array over a copy of the block in w
 every delimiter became a ``0`` (a field reads as ``0<digits>``: the same integer, nothing
 sliced), and Arrow casts every field of every record line to int64 at once. A block with
 an empty field, whitespace or a field that fails this cast (a negative value, damage)
-takes the first route: fields are the bytes between delimiters, sliced out of the file.
+takes the sliced route: fields are the bytes between delimiters, cut out of the file.
 Rows of a record type and the event pairs are then gathered from the flat values by each
-line's first field index, still in the block's thread. Damaged records are classified by the same rules
-and in the same order as the oracle: a non-ASCII record line or a non-integer field
+line's first field index, still in the block's thread. Damaged records are classified by
+the same rules and in the same order as the oracle: a non-ASCII record line or a non-integer field
 (``a field is not an integer``), a field count the type does not allow (``wrong number of
 fields``, checked first), times out of range, undeclared objects, reversed states and a
 last line without a line end. Line numbers are 1-based file lines.
