@@ -43,6 +43,8 @@ PARAMS: dict[str, list[dict[str, Any]]] = {
     "load_imbalance": [{}, {"metric": "inclusive", "num_ranks": 3, "all_ranks": True}],
     "message_histogram": [{}, {"scale": "log", "bins": 5}],
     "comm_over_time": [{}, {"bins": 7, "by": "recv"}],
+    "roofline": [{}, {"by": "rank", "top": 4}],
+    "time_profile": [{}, {"bins": 9, "normalize": True}],
 }
 
 
@@ -126,7 +128,7 @@ def test_partitioned_equals_whole_local_2_processes(
                          "overlap", "annotations", "patterns", "steps", "profile",
                          "load_imbalance", "collectives", "time_profile", "phases"},
                 "healthy": {"breakdown", "kernels", "idle", "profile", "load_imbalance",
-                            "collectives", "time_profile", "phases"},
+                            "collectives", "time_profile", "phases", "roofline"},
                 "lulesh": {"profile", "counters", "load_imbalance", "comm_matrix",
                            "comm_by_rank", "message_histogram", "comm_over_time",
                            "mpi_wait"}}[key]

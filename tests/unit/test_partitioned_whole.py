@@ -139,3 +139,30 @@ def test_memory_per_rank_device(tmp_path: Path) -> None:
     # the second allocation is never freed
     unfreed = parts.extra["unfreed"].select("rank", "bytes", "allocations").rows()
     assert unfreed == [(r, 2048 * (r + 1), 1) for r in range(3)]
+
+
+def test_roofline_groups_summed_over_batches(tmp_path: Path) -> None:
+    """Rank r runs one bf16 1024^3 matmul of (r + 1) x 10 us and one op without shapes
+    (5 us): by=op sums the three ranks' matmuls into one group; by=rank keeps three."""
+    n = 1024
+    mm = {"Input Dims": [[n, n], [n, n]], "Input type": ["c10::BFloat16"] * 2,
+          "Concrete Inputs": ["", ""]}
+    builders = [TraceBuilder(r, 3, base_time_ns=BASE, profiler_markers=False)
+                for r in range(3)]
+    for r, b in enumerate(builders):
+        b.cpu_op("aten::mm", 0, 50_000, args=mm)
+        b.launch("sm90_gemm", 10_000, 5_000, 100_000, 10_000 * (r + 1))
+        b.cpu_op("aten::weird", 60_000, 90_000)
+        b.launch("weird_kernel", 70_000, 5_000, 200_000, 5_000)
+    trace = _open(tmp_path, builders)
+    parts, _ = _both(trace, "roofline", {})
+    row = parts.table.filter(op="aten::mm").row(0, named=True)
+    assert (row["count"], row["kernels"], row["device_ns"]) == (3, 3, 60_000)
+    assert row["flops"] == 3 * 2 * n**3 and row["bytes"] == 3 * 3 * n * n * 2
+    assert row["share_pct"] == pytest.approx(100 * 60_000 / 75_000)
+    assert parts.extra["no_model"].select("op", "instances", "device_ns").rows() == [
+        ("aten::weird", 3, 15_000)]
+    assert parts.notes[-2].startswith("80.0% of the kernel time has a FLOP model")
+    by_rank, _ = _both(trace, "roofline", {"by": "rank"})
+    assert by_rank.table.filter(op="aten::mm").select("rank", "device_ns").rows() == [
+        (2, 30_000), (1, 20_000), (0, 10_000)]

@@ -26,7 +26,7 @@ table entry and each kind's peak with its source).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis import flops as fl
@@ -70,30 +70,61 @@ class Roofline:
     )
     requires = ("device", "correlation")
 
+    partition = "rank"
+    """Per rank (``analysis.partitioned``): each batch sends its sums per group (count,
+    kernels, device_ns, flops, bytes), its unmodelled time per op, its peaks and its kernel
+    time; ``merge`` adds them up and derives the rates (float sums of FLOPs and bytes may
+    differ from one pass in the last bit)."""
+
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """One row per op shape group; extras ``no_model`` and ``peaks``."""
+        return self.merge([self.partial(trace, params)], params)
+
+    def partial(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """``trace``'s sums per group (``_sums``), extras ``_no_model`` (per op),
+        ``peaks`` and ``_totals`` (kernel ns, modelled ns, instances with shapes)."""
         import polars as pl
 
         instances = _instances(trace)
-        if instances.filter(pl.col("op").is_not_null()
-                            & pl.col("input_dims").is_not_null()).height == 0:
-            raise MissingDataError(self.name, "this trace has no kernels launched by ops "
-                                   "with recorded input shapes (Kineto record_shapes=True)")
+        shaped = instances.filter(pl.col("op").is_not_null()
+                                  & pl.col("input_dims").is_not_null()).height
         total_ns = int(instances["device_ns"].sum())
         modelled = _model(instances, str(params["convention"]), bool(params["tf32"]))
         peaks, notes = _peaks(trace, modelled, params)
         keys = (["rank"] if params["by"] == "rank" else []) + [
             "device", *KEYS, "family", "dtype", "peak_kind"]
         done = modelled.filter(pl.col("flops").is_not_null())
-        table = _groups(done, keys, peaks, total_ns)
-        if int(params["top"]) > 0:
-            table = table.head(int(params["top"]))
         missing = (modelled.filter(pl.col("flops").is_null())
                    .with_columns(pl.col("op").fill_null("(no launching op)"))
                    .group_by("op").agg(instances=pl.len().cast(pl.Int64),
                                        kernels=pl.col("kernels").sum(),
-                                       device_ns=pl.col("device_ns").sum())
+                                       device_ns=pl.col("device_ns").sum()))
+        totals = pl.DataFrame({"total_ns": [total_ns],
+                               "covered_ns": [int(done["device_ns"].sum())],
+                               "shaped": [shaped]})
+        return Result(_sums(done, keys, peaks), notes=notes,
+                      extra={"_no_model": missing, "peaks": peaks, "_totals": totals})
+
+    def merge(self, partials: Sequence[Result], params: Mapping[str, Any]) -> Result:
+        """The batches' sums added per group, rates derived; MissingDataError when no
+        batch has an op with recorded shapes."""
+        import polars as pl
+
+        totals = pl.concat([p.extra["_totals"] for p in partials]).sum()
+        if int(totals["shaped"].item()) == 0:
+            raise MissingDataError(self.name, "this trace has no kernels launched by ops "
+                                   "with recorded input shapes (Kineto record_shapes=True)")
+        total_ns, covered = int(totals["total_ns"].item()), int(totals["covered_ns"].item())
+        table = _derived(pl.concat([p.table for p in partials], how="vertical"), total_ns)
+        if int(params["top"]) > 0:
+            table = table.head(int(params["top"]))
+        missing = (pl.concat([p.extra["_no_model"] for p in partials], how="vertical")
+                   .group_by("op").agg(pl.col("instances").sum(), pl.col("kernels").sum(),
+                                       pl.col("device_ns").sum())
                    .sort(["device_ns", "op"], descending=[True, False]))
-        covered = int(done["device_ns"].sum())
+        peaks = (pl.concat([p.extra["peaks"] for p in partials], how="vertical")
+                 .sort("rank", "device", "peak_kind"))
+        notes = sorted({n for p in partials for n in p.notes})
         notes += [
             f"{covered / max(total_ns, 1):.1%} of the kernel time has a FLOP model; the rest "
             "is listed in table no_model (no model, no shapes, or no launching op)",
@@ -214,21 +245,35 @@ def _device_names(trace: Trace) -> dict[tuple[int, int | None], tuple[str, float
     return out
 
 
-def _groups(done: pl.DataFrame, keys: list[str], peaks: pl.DataFrame,
-            total_ns: int) -> pl.DataFrame:
+def _sums(done: pl.DataFrame, keys: list[str], peaks: pl.DataFrame) -> pl.DataFrame:
+    """Per group (``keys``, ``device`` as the device name): count, kernels, device_ns,
+    flops, bytes, peak_tflops, peak_tbps."""
     import polars as pl
 
     dev_peaks = peaks.select("rank", "device", "peak_kind", "device_name", "peak_tflops",
                              "peak_tbps")
     rows = done.join(dev_peaks, on=["rank", "device", "peak_kind"], how="left")
     keys = [("device_name" if k == "device" else k) for k in keys]
-    ns = pl.col("device_ns")
     return (rows.group_by(keys)
             .agg(count=pl.len().cast(pl.Int64), kernels=pl.col("kernels").sum(),
-                 device_ns=ns.sum(), flops=pl.col("flops").sum(),
+                 device_ns=pl.col("device_ns").sum(), flops=pl.col("flops").sum(),
                  bytes=pl.col("bytes").sum(), peak_tflops=pl.col("peak_tflops").first(),
                  peak_tbps=pl.col("peak_tbps").first())
-            .rename({"device_name": "device"})
+            .rename({"device_name": "device"}))
+
+
+def _derived(sums: pl.DataFrame, total_ns: int) -> pl.DataFrame:
+    """``_sums`` of every batch added per group, with shares, rates and the roof."""
+    import polars as pl
+
+    keys = [c for c in sums.columns if c not in (
+        "count", "kernels", "device_ns", "flops", "bytes", "peak_tflops", "peak_tbps")]
+    ns = pl.col("device_ns")
+    order = ["device_ns", "op", "input_dims", *(k for k in keys if k not in KEYS[:2])]
+    return (sums.group_by(keys)
+            .agg(pl.col("count").sum(), pl.col("kernels").sum(), ns.sum(),
+                 pl.col("flops").sum(), pl.col("bytes").sum(),
+                 pl.col("peak_tflops").first(), pl.col("peak_tbps").first())
             .with_columns(
                 share_pct=100.0 * ns / max(total_ns, 1),
                 intensity=pl.col("flops") / pl.col("bytes"),
@@ -245,10 +290,8 @@ def _groups(done: pl.DataFrame, keys: list[str], peaks: pl.DataFrame,
                                           pl.col("bytes") / pl.col("peak_tbps") / 1e3))
             .with_columns(pct_of_roof=100.0 * pl.col("roof_ns") / ns,
                           lost_ns=(ns - pl.col("roof_ns")).round(0))
-            .select(*keys[:keys.index("device_name")], "device",
-                    *keys[keys.index("device_name") + 1:], "count", "kernels", "device_ns",
+            .select(*keys, "count", "kernels", "device_ns",
                     "share_pct", "flops", "bytes", "intensity", "achieved_tflops",
                     "achieved_tbps", "peak_tflops", "peak_tbps", "ridge",
                     "attainable_tflops", "bound", "roof_ns", "pct_of_roof", "lost_ns")
-            .sort(["device_ns", "op", "input_dims"], descending=[True, False, False],
-                  nulls_last=True))
+            .sort(order, descending=[True] + [False] * (len(order) - 1), nulls_last=True))
