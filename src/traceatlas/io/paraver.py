@@ -302,9 +302,9 @@ class _Assembler:
         values = s[:, 7]
         uniq, inverse = _codes(values)
         labels = [self.pcf.states.get(int(v), f"state {int(v)}") for v in uniq.tolist()]
-        args = pc.binary_join_element_wise(
-            '{"cpu": ', pa.array(s[:, 1]).cast(pa.string()), ', "state": ',
-            pa.array(values).cast(pa.string()), "}", "")
+        cpu_states, which = _unique_pairs(s[:, 1], values)  # args built once per pair
+        args = pa.array([f'{{"cpu": {c}, "state": {v}}}' for c, v in cpu_states.tolist()],
+                        pa.string()).take(pa.array(which))
         return {
             "rank": self.rank_of(s[:, 2], s[:, 3]), "track_id": s[:, 4],
             "start_ns": s[:, 5] + self.origin, "end_ns": s[:, 6] + self.origin,
@@ -380,10 +380,11 @@ class _Assembler:
         srcs = [pcf.type_label(t) for t, _ in uniq.tolist()]
         closed_flag = np.zeros(len(opened), dtype=bool)
         closed_flag[len(opened) - n_unclosed:] = True
-        args = pc.binary_join_element_wise(
-            '{"type": ', pa.array(etype[opened]).cast(pa.string()), ', "value": ',
-            pa.array(value[opened]).cast(pa.string()),
-            pc.if_else(pa.array(closed_flag), ', "closed_at_trace_end": true}', "}"), "")
+        # args built once per (type, value) and per closed flag, then taken per row
+        texts = [f'{{"type": {t}, "value": {v}' for t, v in uniq.tolist()]
+        args = pa.array([t + "}" for t in texts] + [t + ', "closed_at_trace_end": true}'
+                                                    for t in texts], pa.string()).take(
+            pa.array(inverse + closed_flag * len(texts)))
         return {
             "rank": rank[opened], "track_id": thread[opened], "start_ns": time[opened],
             "end_ns": ends, "name": _dict(inverse, names), "category": _dict(inverse, cats),
