@@ -1,16 +1,22 @@
-"""Exclusive time of intervals: inclusive time minus the direct children on the same track.
+"""Exclusive time of intervals: the time each interval is the innermost open one on its stack.
 
 Nesting is decided per *layer* of a track: rows with the same ``(rank, track_id, layer)``
 form one call stack; a negative layer means "never nests" (device streams, where
-overlapping kernels are concurrent, not nested: exclusive = inclusive). Within a stack
-the rows are sorted by (start, -end); the call-stack depth comes from
-``ops.nesting.stack_depth``, and each row's parent is the closest earlier row one level
-up (an as-of lookup per depth level: a loop over depth levels, never over rows).
+overlapping kernels are concurrent, not nested: exclusive = inclusive).
 
-A child's contribution to its parent is its overlap with the parent,
-``min(child end, parent end) - child start`` (>= 0): the child's duration for properly
-nested calls, and no negative exclusive time when a source has crossing intervals.
-Times are int64 ns.
+Exclusive time (``with_exclusive``): each instant of a stack belongs to the innermost
+OPEN interval, the one that started last (ties on the start: the shorter; ties on both:
+the one listed last), as ``ops.owned`` does for the tree analysis (one implementation:
+``ops.owned.owned_ns``). On any input the exclusive times of a stack sum to the union of
+its intervals: no instant counted twice, none lost. For properly nested calls this is the
+inclusive time minus the direct children's durations. Crossing intervals (``A = [0,10)``,
+``B = [5,15)``: B starts inside A and ends after it) are counted by ``crossed_rows`` and
+reported once per call with a ``DataQualityWarning`` (``exclusive_intervals``).
+
+``parents`` / ``child_overlap`` give the call-stack parent of each row (the closest earlier
+row one level up in ``ops.nesting.stack_depth``: an as-of lookup per depth level, a loop
+over depth levels, never over rows) and its overlap with that parent; they are kept for
+the callers that walk the stack (memory events, ``time_profile``). Times are int64 ns.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from traceatlas.ops.nesting import BoolArray, IntArray, nesting_depth, sort_for_nesting
+from traceatlas.ops.owned import owned_ns, timeline_order
 
 if TYPE_CHECKING:
     import polars as pl
@@ -69,9 +76,49 @@ def child_overlap(parent: IntArray, start: IntArray, end: IntArray) -> IntArray:
     return overlap
 
 
+def crossed_rows(key: IntArray, start: IntArray, end: IntArray, nests: BoolArray) -> BoolArray:
+    """Per row (input order): True when a later-starting row of the same stack crosses it
+    (``start < other start < end < other end``); rows with ``nests`` False are never
+    crossed nor crossing. Zero-length rows are never crossed.
+
+    In ``ops.owned.timeline_order`` the first later row ending after row u crosses u iff
+    it starts before u's end (any crossing row comes at or after it). Found by pointer
+    jumping (every row skipped ends at or before u's end), stopping at the stack's end or
+    at a row starting at or after u's end; no Python loop per row."""
+    out = np.zeros(len(start), dtype=bool)
+    rows = np.flatnonzero(nests)
+    n = len(rows)
+    if n < 2:
+        return out
+    order = timeline_order(key[rows], start[rows], end[rows])
+    ks, ss, es = key[rows][order], start[rows][order], end[rows][order]
+    ks_x = np.append(ks, 0)
+    ss_x = np.append(ss, np.iinfo(np.int64).max)
+    es_x = np.append(es, np.iinfo(np.int64).max)
+    cand = np.arange(1, n + 1, dtype=np.int64)
+    cand = np.append(cand, n)  # row n: the sentinel, points at itself
+
+    def live(u: IntArray) -> IntArray:
+        c = cand[u]
+        keep = (c < n) & (ks_x[c] == ks[u]) & (ss_x[c] < es[u]) & (es_x[c] <= es[u])
+        kept: IntArray = u[keep]
+        return kept
+
+    todo = live(np.arange(n, dtype=np.int64))
+    while len(todo):
+        cand[todo] = cand[cand[todo]]
+        todo = live(todo)
+    c = cand[:n]
+    hit = (c < n) & (ks_x[c] == ks) & (ss_x[c] < es) & (es_x[c] > es)
+    out[rows[order[hit]]] = True
+    return out
+
+
 def with_exclusive(frame: pl.DataFrame) -> pl.DataFrame:
-    """Add ``parent`` (row index, -1 none), ``child_ns`` (overlap with the parent) and
-    ``exclusive_ns`` (own duration minus the direct children's overlaps).
+    """Add ``parent`` (call-stack parent row index, -1 none), ``child_ns`` (overlap with
+    the parent), ``exclusive_ns`` (ns the row is the innermost open interval of its stack;
+    inclusive for rows that never nest) and ``crossed`` (a later-starting row of the
+    stack crosses this one: ``crossed_rows``).
 
     ``frame`` needs ``rank``, ``track_id``, ``layer`` (int; < 0: never nests),
     ``start_ns`` and ``end_ns``; row order is kept.
@@ -80,7 +127,8 @@ def with_exclusive(frame: pl.DataFrame) -> pl.DataFrame:
 
     if frame.height == 0:
         return frame.with_columns(parent=pl.lit(None, pl.Int64), child_ns=pl.lit(None, pl.Int64),
-                                  exclusive_ns=pl.lit(None, pl.Int64)).clear()
+                                  exclusive_ns=pl.lit(None, pl.Int64),
+                                  crossed=pl.lit(None, pl.Boolean)).clear()
     rank = frame["rank"].to_numpy().astype(np.int64)
     track = frame["track_id"].to_numpy().astype(np.int64)
     layer = frame["layer"].to_numpy().astype(np.int64) + 1  # -1.. -> 0..
@@ -92,12 +140,12 @@ def with_exclusive(frame: pl.DataFrame) -> pl.DataFrame:
     nests = (frame["layer"] >= 0).to_numpy()
     parent = parents(key, start, end, nests)
     overlap = child_overlap(parent, start, end)
-    has = parent >= 0
-    children = np.bincount(parent[has], weights=overlap[has].astype(np.float64),
-                           minlength=frame.height)
-    exclusive = (end - start) - np.rint(children).astype(np.int64)
+    exclusive = end - start
+    rows = np.flatnonzero(nests)
+    exclusive[rows] = owned_ns(key[rows], start[rows], end[rows])
     return frame.with_columns(parent=pl.Series(parent), child_ns=pl.Series(overlap),
-                              exclusive_ns=pl.Series(exclusive))
+                              exclusive_ns=pl.Series(exclusive),
+                              crossed=pl.Series(crossed_rows(key, start, end, nests)))
 
 
 HOST_KIND = "host_thread"
@@ -135,8 +183,15 @@ def exclusive_intervals(trace: Trace, categories: str) -> tuple[pl.DataFrame, li
     time is computed over all rows of a track, before the category selection: selecting
     ``mpi`` does not give MPI calls their children's time. Default selection (empty
     ``categories``): every category on host-thread tracks except ``state``.
+
+    Crossing intervals (``crossed_rows``): one ``DataQualityWarning`` with their count, and
+    a note; each instant still counts once (the innermost open interval owns it).
     """
+    import warnings
+
     import polars as pl
+
+    from traceatlas.errors import DataQualityWarning
 
     chosen = selected_categories(categories)
     kinds = trace.tracks.select("rank", "track_id", pl.col("kind").cast(pl.String))
@@ -164,6 +219,13 @@ def exclusive_intervals(trace: Trace, categories: str) -> tuple[pl.DataFrame, li
     if frame.filter(pl.col("keep") & ~pl.col("host")).height:
         notes.append("rows on GPU streams/devices do not nest: their exclusive time is "
                      "their inclusive time (concurrent kernels each count in full)")
+    crossed = int(frame["crossed"].sum())
+    if crossed:
+        text = (f"{crossed} host interval(s) crossed by a later-starting interval of the same "
+                "thread (not nested): each instant is counted once, for the innermost open "
+                "interval (the one that started last)")
+        warnings.warn(text, DataQualityWarning, stacklevel=2)
+        notes.append(text)
     return frame, notes
 
 
