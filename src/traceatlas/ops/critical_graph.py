@@ -93,6 +93,17 @@ class Edges:
         return {k: (np.concatenate(getattr(self, k)) if getattr(self, k)
                     else np.empty(0, np.int64)) for k in names}
 
+    def take_arrays(self) -> dict[str, I64]:
+        """``arrays()``, releasing each column's blocks once concatenated (the lists
+        are left empty): one column's blocks and their concatenation live at once,
+        not every column's."""
+        out: dict[str, I64] = {}
+        for k in ("src", "dst", "wmin", "kind", "bound", "owner"):
+            blocks: list[I64] = getattr(self, k)
+            out[k] = np.concatenate(blocks) if blocks else np.empty(0, np.int64)
+            blocks.clear()
+        return out
+
 
 @dataclass
 class Graph:
@@ -143,16 +154,23 @@ class Builder:
         """The graph: blocking chain edges zeroed, backward edges dropped, nodes left
         without a predecessor hung off the source (node 0)."""
         t = np.concatenate(self.t)
-        e = self.edges.arrays()
+        self.t = [t]
+        self.host = None
+        e = self.edges.take_arrays()
         if self.blocking:
             blk = np.zeros(len(t), bool)
             blk[np.concatenate(self.blocking)] = True
-            e["wmin"] = np.where((e["kind"] == K["chain"]) & blk[e["dst"]], 0, e["wmin"])
-        ts, td = t[e["src"]], t[e["dst"]]
+            e["wmin"][(e["kind"] == K["chain"]) & blk[e["dst"]]] = 0
+            del blk
+        ts = t[e["src"]]
+        td = t[e["dst"]]
         ok = (ts < td) | ((ts == td) & (e["src"] < e["dst"]))
+        del ts, td
         dropped = len(ok) - int(np.count_nonzero(ok))
         if dropped:
-            e = {k: v[ok] for k, v in e.items()}
+            for k in list(e):
+                e[k] = e[k][ok]
+        del ok
         has_in = np.zeros(len(t), bool)
         has_in[0] = True
         has_in[e["dst"]] = True
@@ -165,9 +183,13 @@ class Builder:
         src = Edges()
         src.add(np.zeros(len(lone), np.int64), lone, t[lone] - r0, "source", bound, -1)
         s = src.arrays()
-        e = {k: np.concatenate([e[k], s[k]]) for k in e}
-        return Graph(r0, r1, t, np.concatenate(self.rank), np.concatenate(self.track), e,
-                     self.events, dropped)
+        for k in list(e):  # one column at a time: the old one is released at once
+            e[k] = np.concatenate([e[k], s[k]])
+        rank = np.concatenate(self.rank)
+        self.rank = [rank]
+        track = np.concatenate(self.track)
+        self.track = [track]
+        return Graph(r0, r1, t, rank, track, e, self.events, dropped)
 
 
 def region_events(trace_intervals: pl.LazyFrame, r0: int | None, r1: int | None
@@ -189,7 +211,8 @@ def region_events(trace_intervals: pl.LazyFrame, r0: int | None, r1: int | None
         pl.when(pl.col("category").cast(pl.String) == "sync").then(pl.col("args"))
         .alias("args"))
     # Kineto's own profiler span (cat "Trace") is not work.
-    frame = frame.filter(pl.col("source_category").fill_null("") != "Trace")
+    frame = frame.filter(pl.col("source_category").fill_null("") != "Trace").drop(
+        "source_category")
     if r0 is not None:
         frame = frame.filter(pl.col("end_ns") >= r0)
     if r1 is not None:
@@ -208,35 +231,51 @@ def region_events(trace_intervals: pl.LazyFrame, r0: int | None, r1: int | None
 
 def host_chains(b: Builder, extra: pl.DataFrame) -> None:
     """Chain nodes and edges of every host thread; ``extra`` points (rank, track_id, t_ns,
-    key) are inserted (message ends); their node ids are written to ``extra_node``."""
+    key) are inserted (message ends); their node ids are written to ``extra_node``.
+
+    Memory: only the host columns the chain needs are taken from the events (no copy of
+    the names), and each point-sized temporary is released as soon as it is used (a
+    1 GB rank has tens of millions of points; every int64 array of them is hundreds of
+    MB)."""
     import polars as pl
 
     ev = b.events
-    host = ev.filter(~pl.col("category").is_in(NOT_HOST))
+    host = ev.select("eid", "rank", "track_id", "depth", "start_ns", "end_ns",
+                     pl.col("name").str.contains(DATA_LOAD_RE).alias("dl")).filter(
+        ~ev["category"].is_in(NOT_HOST))
     eid = host["eid"].to_numpy()
-    depth = host["depth"].to_numpy().astype(np.int64)
-    rank = host["rank"].to_numpy().astype(np.int64)
-    track = host["track_id"].to_numpy().astype(np.int64)
     start = host["start_ns"].to_numpy()
     end = host["end_ns"].to_numpy()
-    dl = host["name"].str.contains(DATA_LOAD_RE).to_numpy()
+    dl = host["dl"].to_numpy()
     nx = extra.height
     m = len(eid)
     # Points: starts (cls 2, outer first), ends (cls 1, inner first), extra (cls 0).
     p_t = np.concatenate([start, end, extra["t_ns"].to_numpy()]).astype(np.int64)
+    # a zero-length event's end follows its own start
+    p_cls = np.concatenate([np.full(m, 2, np.int8), np.where(end > start, 1, 3).astype(
+        np.int8), np.zeros(nx, np.int8)])
+    del start, end
+    depth = host["depth"].to_numpy().astype(np.int64)
+    p_sub = np.concatenate([depth, -depth, np.zeros(nx, np.int64)])
+    del depth
+    key3 = _pack(p_cls.astype(np.int64), p_sub)
+    del p_sub
+    rank = host["rank"].to_numpy().astype(np.int64)
+    track = host["track_id"].to_numpy().astype(np.int64)
     p_rank = np.concatenate([rank, rank, extra["rank"].to_numpy()]).astype(np.int64)
     p_track = np.concatenate([track, track, extra["track_id"].to_numpy()]).astype(np.int64)
-    # a zero-length event's end follows its own start
-    p_cls = np.concatenate([np.full(m, 2), np.where(end > start, 1, 3), np.zeros(nx)]
-                           ).astype(np.int64)
-    p_sub = np.concatenate([depth, -depth, np.zeros(nx, np.int64)])
-    p_eid = np.concatenate([eid, eid, np.full(nx, -1)]).astype(np.int64)
-    p_dl = np.concatenate([np.where(dl, 1, 0), np.where(dl, -1, 0),
-                           np.zeros(nx, np.int64)]).astype(np.int64)
+    del rank, track
     # one lexsort on 3 keys: (rank, track) packed, time, (class, depth) packed; the
     # same order as lexsort((p_sub, p_cls, p_t, p_track, p_rank))
-    order = _order(_pack(p_rank, p_track), p_t, _pack(p_cls, p_sub))
-    t_sorted, r_sorted, tr_sorted = p_t[order], p_rank[order], p_track[order]
+    key1 = _pack(p_rank, p_track)
+    order = _order(key1, p_t, key3)
+    del key1, key3
+    t_sorted = p_t[order]
+    del p_t
+    r_sorted = p_rank[order]
+    del p_rank
+    tr_sorted = p_track[order]
+    del p_track
     ids = b.nodes(t_sorted, r_sorted, tr_sorted)
     b.host = (ids, r_sorted, tr_sorted, t_sorted)
     pos = np.empty(len(order), np.int64)
@@ -244,33 +283,48 @@ def host_chains(b: Builder, extra: pl.DataFrame) -> None:
     b.start_node[eid] = ids[pos[:m]]
     b.end_node[eid] = ids[pos[m:2 * m]]
     b.extra_node = ids[pos[2 * m:]]  # type: ignore[attr-defined]
+    del pos
     # Owner of the segment after each point: the event started there, or after an end
     # the enclosing event (same track, depth - 1, latest start, still open).
     parent = _parents(host, eid)
-    s_eid, s_cls = p_eid[order], p_cls[order]
     par_of = np.full(len(ev), -1, np.int64)
     par_of[eid] = parent
+    del parent
+    s_eid = np.concatenate([eid, eid, np.full(nx, -1, np.int64)])[order]
+    s_cls = p_cls[order]
+    del p_cls
     owner = np.where(s_cls == 2, s_eid,
                      np.where(s_cls % 2 == 1, par_of[np.maximum(s_eid, 0)], -2))
+    del s_eid, par_of
     ends_open = ev["end_ns"].to_numpy()
     closed = (owner >= 0) & (ends_open[np.maximum(owner, 0)] <= t_sorted) & (s_cls != 0)
-    owner = np.where(closed, -1, owner)
+    del s_cls
+    owner[closed] = -1
+    del closed
     same = np.zeros(len(order), bool)
     same[1:] = (r_sorted[1:] == r_sorted[:-1]) & (tr_sorted[1:] == tr_sorted[:-1])
     owner = _ffill_extra(owner, same)
+    p_dl = np.concatenate([np.where(dl, 1, 0), np.where(dl, -1, 0),
+                           np.zeros(nx, np.int64)]).astype(np.int64)
     dl_cov = np.cumsum(p_dl[order]) > 0
+    del p_dl, order
     i = np.flatnonzero(same[1:])
+    del same
     src, dst = ids[i], ids[i + 1]
     gap = t_sorted[i + 1] - t_sorted[i]
     ev_mpi = (ev["category"] == "mpi").to_numpy()
     own = owner[i]
-    own_mpi = (own >= 0) & ev_mpi[np.maximum(own, 0)]
+    del owner
+    own0 = np.maximum(own, 0)
+    own_mpi = (own >= 0) & ev_mpi[own0]
     ev_sync = (ev["category"].is_in(("runtime", "driver"))
                & ev["name"].str.contains(SYNC_CALL_RE)).to_numpy()
-    own_sync = (own >= 0) & ev_sync[np.maximum(own, 0)]
+    own_sync = (own >= 0) & ev_sync[own0]
+    del own0
     bound = np.where(dl_cov[i], B["data_load"],
                      np.where(own_mpi, B["comm"],
                               np.where(own_sync, B["sync"], B["cpu"]))).astype(np.int64)
+    del dl_cov, own_mpi, own_sync, i
     b.edges.add(src, dst, gap, "chain", bound, own)
 
 

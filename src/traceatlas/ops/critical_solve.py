@@ -124,21 +124,23 @@ def path_edges(g: Graph, bind: I64) -> I64:
     ends = top[is_end[top]]
     v = int(ends[-1] if len(ends) else top[-1])
     parent = np.where(bind >= 0, e["src"][np.maximum(bind, 0)], -1)
-    head = _run_heads(parent).tolist()
-    src_l = e["src"].tolist()
-    bind_l = bind.tolist()
+    head = _run_heads(parent)
+    del parent
+    src_a = e["src"]
+    # numpy scalars, not lists: a list of every node or edge of a 1 GB rank costs GBs,
+    # and the walk visits only one node per run
     pieces: list[I64] = []
     while v != 0:
-        h = head[v]
+        h = int(head[v])
         if h < v:
             pieces.append(bind[h + 1:v + 1])
         if h == 0:
             break
-        b = bind_l[h]
+        b = int(bind[h])
         if b < 0:
             break
         pieces.append(np.array([b], np.int64))
-        v = src_l[b]
+        v = int(src_a[b])
     if not pieces:
         return np.empty(0, np.int64)
     return np.concatenate(pieces[::-1])
