@@ -14,7 +14,7 @@ from traceatlas.ingest import Progress, ingest_sources
 from traceatlas.io.sources import Source, resolve_inputs
 from traceatlas.model.trace import Trace
 from traceatlas.store.cache import cache_lock, cache_path, is_fresh, remove_entry
-from traceatlas.store.layout import MANIFEST
+from traceatlas.store.layout import MANIFEST, store_location
 from traceatlas.store.manifest import looks_like_store, traceatlas_manifest
 
 
@@ -34,7 +34,7 @@ def open(
     paths = [os.fspath(path)] if isinstance(path, str | os.PathLike) else [
         os.fspath(p) for p in path
     ]
-    if len(paths) == 1 and looks_like_store(Path(paths[0])):
+    if len(paths) == 1 and looks_like_store(store_location(paths[0])):  # path or file://
         return Trace(paths[0])
     sources = resolve_inputs(paths)
     store = cache_path(paths)

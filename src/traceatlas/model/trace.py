@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.model.vocab import TABLE_NAMES
-from traceatlas.store.layout import table_parts
+from traceatlas.store.layout import store_location, table_parts
 from traceatlas.store.manifest import read_manifest
 from traceatlas.store.parts import verify_store
 
@@ -41,7 +41,7 @@ class Trace:
     """A trace store opened for reading. Tables are lazy: nothing loads until collected."""
 
     def __init__(self, store: str | Path) -> None:
-        self.path = Path(store)
+        self.path = store_location(store)  # a path or a file:// URL
         self.manifest: dict[str, Any] = read_manifest(self.path)
         verify_store(self.path, self.manifest)  # StoreDamagedError: part, rebuild command
         self.selections: tuple[Selection, ...] = ()

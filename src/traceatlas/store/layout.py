@@ -15,6 +15,25 @@ MANIFEST = "manifest.json"
 _RANK_DIR = re.compile(r"rank=(-?[0-9]+)")
 
 
+def store_location(store: str | Path) -> Path:
+    """The local path of a store given as a path or an fsspec-style URL: ``file://`` URLs
+    (``file:///lustre/run.tastore``) become their path; other schemes (``s3://``,
+    ``gs://``, ``memory://``) raise ``StoreError``: stores are read from a file system every
+    worker sees (docs/cluster.md)."""
+    text = str(store)
+    scheme, sep, rest = text.partition("://")
+    if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
+        return Path(store)
+    if scheme.lower() in ("file", "local"):
+        from urllib.parse import unquote, urlsplit
+
+        return Path(unquote(urlsplit("file://" + rest).path))
+    from traceatlas.errors import StoreError
+
+    raise StoreError(f"{text}: {scheme}:// stores are not supported; copy the store to a "
+                     "file system the client and workers share (docs/cluster.md)")
+
+
 def part_path(store: Path, table: str, rank: int) -> Path:
     """``<store>/<table>/rank=<rank>/part-0.parquet``."""
     return store / table / f"rank={rank}" / "part-0.parquet"
