@@ -79,7 +79,12 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=40)
     ap.add_argument("--base", default="9b541c8", help="commit of the 'before' reader")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--also", default=None,
+                    help="commit of a third reader to measure alongside (label 'also')")
     ap.add_argument("--json-out", type=Path)
+    ap.add_argument("--json-key", default=None,
+                    help="store the record under this key of the existing --json-out file "
+                         "(its other keys kept) instead of replacing the file")
     args = ap.parse_args()
     args.gen_dir.mkdir(parents=True, exist_ok=True)
     sqlite = args.gen_dir / f"nsys_x{args.copies}.sqlite"
@@ -87,6 +92,10 @@ def main() -> None:
         scale_nsys(NSYS_SOURCE, sqlite, args.copies)
     trees = {"before": old_tree(args.base, args.gen_dir / "src_before"),
              "after": REPO / "src"}
+    if args.also:
+        trees = {"before": trees["before"],
+                 "also": old_tree(args.also, args.gen_dir / "src_also"),
+                 "after": trees["after"]}
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in trees}
     for _ in range(args.repeat):
         for label, src in trees.items():
@@ -102,11 +111,16 @@ def main() -> None:
         "command": f"traceatlas ingest {sqlite.name} -o S",
         "bench": " ".join(["bench/bench_nsys.py", *sys.argv[1:]]),
         "input_bytes": sqlite.stat().st_size, "copies": args.copies, "base": args.base,
+        "also": args.also,
         "cores": os.cpu_count(), "runs": runs, "best": summary,
     }
     print(json.dumps(summary, indent=1))
     if args.json_out:
-        args.json_out.write_text(json.dumps(record, indent=1) + "\n")
+        out: dict[str, Any] = record
+        if args.json_key:
+            out = json.loads(args.json_out.read_text()) if args.json_out.exists() else {}
+            out[args.json_key] = record
+        args.json_out.write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":
