@@ -214,8 +214,8 @@ def _path_table(g: Graph, path: np.ndarray[Any, Any]) -> pl.DataFrame:
 
     e = g.edges
     src, dst = e["src"][path], e["dst"][path]
-    own = e["owner"][path]
-    bound = e["bound"][path]
+    own = e["owner"][path].astype(np.int64)
+    bound = e["bound"][path].astype(np.int64)
     # merge consecutive pieces of one event with one bound
     new = np.ones(len(path), bool)
     new[1:] = (own[1:] != own[:-1]) | (bound[1:] != bound[:-1]) | (own[1:] < 0)
@@ -237,7 +237,7 @@ def _path_table(g: Graph, path: np.ndarray[Any, Any]) -> pl.DataFrame:
         rank=pl.when(hs).then(owner["rank"].cast(pl.Int32)).otherwise(pl.col("n_rank")),
         track_id=pl.when(hs).then(owner["track_id"].cast(pl.Int32))
         .otherwise(pl.col("n_track")),
-        name=pl.when(hs).then(owner["name"]).otherwise(pl.lit("(untraced)")),
+        name=pl.when(hs).then(owner["name"].cast(pl.String)).otherwise(pl.lit("(untraced)")),
         category=pl.when(hs).then(owner["category"]),
         event_start_ns=pl.when(hs).then(owner["start_ns"]),
         event_end_ns=pl.when(hs).then(owner["end_ns"]))

@@ -68,7 +68,9 @@ SYNC_COPY_RE = r"(?i)^(cuda|hip|cu)memcpy"
 
 @dataclass
 class Edges:
-    """Growing edge lists (numpy arrays appended as blocks)."""
+    """Growing edge lists (numpy arrays appended as blocks). Stored narrow (a 1 GB rank
+    has tens of millions of edges): ``src``/``dst``/``owner`` int32 (node and event ids;
+    int64 only past 2**31 - 1), ``wmin`` int64 ns, ``kind``/``bound`` int8 codes."""
 
     src: list[I64] = field(default_factory=list)
     dst: list[I64] = field(default_factory=list)
@@ -80,15 +82,16 @@ class Edges:
     def add(self, src: I64, dst: I64, wmin: I64 | int, kind: str, bound: I64 | str,
             owner: I64 | int) -> None:
         n = len(src)
-        self.src.append(np.asarray(src, np.int64))
-        self.dst.append(np.asarray(dst, np.int64))
+        self.src.append(_ids(src))
+        self.dst.append(_ids(dst))
         self.wmin.append(np.broadcast_to(np.asarray(wmin, np.int64), n).copy())
-        self.kind.append(np.full(n, K[kind], np.int64))
-        code = np.full(n, B[bound], np.int64) if isinstance(bound, str) else bound
-        self.bound.append(np.asarray(code, np.int64))
-        self.owner.append(np.broadcast_to(np.asarray(owner, np.int64), n).copy())
+        self.kind.append(np.full(n, K[kind], np.int8))
+        code = np.full(n, B[bound], np.int8) if isinstance(bound, str) else bound
+        self.bound.append(np.asarray(code, np.int8))
+        self.owner.append(_ids(np.broadcast_to(np.asarray(owner, np.int64), n)))
 
     def arrays(self) -> dict[str, I64]:
+        """The columns, concatenated (dtypes: see the class docstring)."""
         names = ("src", "dst", "wmin", "kind", "bound", "owner")
         return {k: (np.concatenate(getattr(self, k)) if getattr(self, k)
                     else np.empty(0, np.int64)) for k in names}
@@ -192,6 +195,15 @@ class Builder:
         return Graph(r0, r1, t, rank, track, e, self.events, dropped)
 
 
+def _ids(a: npt.ArrayLike) -> I64:
+    """Ids as int32 (a copy) when they fit, else int64 (values unchanged)."""
+    x = np.asarray(a)
+    if len(x) and (int(x.max()) > np.iinfo(np.int32).max
+                   or int(x.min()) < np.iinfo(np.int32).min):
+        return np.array(x, np.int64)
+    return np.array(x, np.int32)  # type: ignore[return-value]
+
+
 def region_events(trace_intervals: pl.LazyFrame, r0: int | None, r1: int | None
                   ) -> tuple[pl.DataFrame, int, int]:
     """The intervals of the region, clipped to it, with ``eid``; and (r0, r1).
@@ -203,7 +215,7 @@ def region_events(trace_intervals: pl.LazyFrame, r0: int | None, r1: int | None
     cols = ("rank", "track_id", "start_ns", "end_ns", "name", "category", "depth",
             "correlation", "stream", "process_group", "collective", "args")
     frame = trace_intervals.select(
-        *[pl.col(c) for c in cols[:4]], pl.col("name").cast(pl.String),
+        *[pl.col(c) for c in cols[:4]], "name",
         pl.col("category").cast(pl.String), "depth", "correlation", "stream",
         pl.col("process_group").cast(pl.String),
         pl.col("collective").cast(pl.String),
@@ -241,7 +253,7 @@ def host_chains(b: Builder, extra: pl.DataFrame) -> None:
 
     ev = b.events
     host = ev.select("eid", "rank", "track_id", "depth", "start_ns", "end_ns",
-                     pl.col("name").str.contains(DATA_LOAD_RE).alias("dl")).filter(
+                     pl.col("name").cast(pl.String).str.contains(DATA_LOAD_RE).alias("dl")).filter(
         ~ev["category"].is_in(NOT_HOST))
     eid = host["eid"].to_numpy()
     start = host["start_ns"].to_numpy()
@@ -318,7 +330,7 @@ def host_chains(b: Builder, extra: pl.DataFrame) -> None:
     own0 = np.maximum(own, 0)
     own_mpi = (own >= 0) & ev_mpi[own0]
     ev_sync = (ev["category"].is_in(("runtime", "driver"))
-               & ev["name"].str.contains(SYNC_CALL_RE)).to_numpy()
+               & ev["name"].cast(pl.String).str.contains(SYNC_CALL_RE)).to_numpy()
     own_sync = (own >= 0) & ev_sync[own0]
     del own0
     bound = np.where(dl_cov[i], B["data_load"],

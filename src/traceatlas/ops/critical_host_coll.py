@@ -64,8 +64,8 @@ def host_work(events: pl.DataFrame) -> pl.DataFrame:
     import polars as pl
 
     return events.filter(~pl.col("category").is_in(NOT_HOST)
-                         & pl.col("name").str.contains(HOST_WORK_RE)).select(
-        "eid", "rank", "track_id", "start_ns", "end_ns", "name",
+                         & pl.col("name").cast(pl.String).str.contains(HOST_WORK_RE)).select(
+        "eid", "rank", "track_id", "start_ns", "end_ns", pl.col("name").cast(pl.String),
         pl.col("process_group").fill_null(""))
 
 
@@ -114,7 +114,7 @@ def host_collectives(b: Builder, whole: pl.LazyFrame | None, lo: int, hi: int
     t = np.concatenate(b.t)
     e = b.edges.arrays()
     chain = np.flatnonzero(e["kind"] == K["chain"])
-    c_src, c_dst, c_own = e["src"][chain], e["dst"][chain], e["owner"][chain]
+    c_src, c_dst, c_own = (e[k][chain].astype(np.int64) for k in ("src", "dst", "owner"))
     # the longest own stretch of each record: its exchange
     own = pl.DataFrame({"eid": c_own, "a": c_src, "b": c_dst,
                         "gap": t[c_dst] - t[c_src]}).filter(
@@ -138,7 +138,7 @@ def _wakeups(b: Builder, work: pl.DataFrame, t: I64, c_src: I64, c_dst: I64,
 
     ev = b.events
     ranks = work["rank"].cast(pl.Int64).unique().implode()
-    idle_ev = ((ev["category"] == "annotation") | ev["name"].str.contains(IDLE_OP_RE)
+    idle_ev = ((ev["category"] == "annotation") | ev["name"].cast(pl.String).str.contains(IDLE_OP_RE)
                ).to_numpy()
     idle = (c_own < 0) | idle_ev[np.maximum(c_own, 0)]
     rank_of = np.concatenate(b.rank)
@@ -153,7 +153,7 @@ def _wakeups(b: Builder, work: pl.DataFrame, t: I64, c_src: I64, c_dst: I64,
                          "s_track": work["track_id"].cast(pl.Int64),
                          "t_s": work["end_ns"]})
     q_work = b.start_node[work["eid"].to_numpy()]
-    enq_ev = ev.filter(pl.col("name").str.contains(ENQUEUE_RE)
+    enq_ev = ev.filter(pl.col("name").cast(pl.String).str.contains(ENQUEUE_RE)
                        & ~pl.col("category").is_in(NOT_HOST)
                        & pl.col("rank").is_in(work["rank"].unique().implode()))
     enq = pl.DataFrame({"s": b.end_node[enq_ev["eid"].to_numpy()],

@@ -32,7 +32,7 @@ def nccl_collectives(b: Builder, dev: pl.DataFrame) -> tuple[npt.NDArray[np.bool
     import polars as pl
 
     comm = (dev.filter(pl.col("category") == "comm_kernel")
-            .with_columns(pl.col("process_group").fill_null(""))
+            .with_columns(pl.col("process_group").fill_null(""), pl.col("name").cast(pl.String))
             .sort("rank", "start_ns")
             .with_columns(occ=pl.int_range(pl.len()).over("rank", "name", "process_group")))
     return instances(b, comm, ["process_group", "name", "occ"], "gpu_comm",
@@ -45,12 +45,12 @@ def mpi_collectives(b: Builder) -> int:
 
     ev = b.events
     calls = (ev.filter((pl.col("category") == "mpi")
-                       & ~pl.col("name").str.contains(r"(?i)^MPI_I")
+                       & ~pl.col("name").cast(pl.String).str.contains(r"(?i)^MPI_I")
                        & (pl.col("collective").is_not_null()
-                          | pl.col("name").str.contains(SYNC_COLLECTIVE)))
+                          | pl.col("name").cast(pl.String).str.contains(SYNC_COLLECTIVE)))
              .with_columns(comm=pl.col("process_group").fill_null(""),
                            op=pl.coalesce(pl.col("collective").str.to_lowercase(),
-                                          pl.col("name").str.replace(r"(?i)^MPI_", "")
+                                          pl.col("name").cast(pl.String).str.replace(r"(?i)^MPI_", "")
                                           .str.to_lowercase()))
              .sort("rank", "start_ns")
              .with_columns(occ=pl.int_range(pl.len()).over("rank", "comm", "op")))

@@ -234,7 +234,7 @@ def speedup_mask(g: Graph, sp: Speedup) -> npt.NDArray[np.bool_]:
     e = g.edges
     ev = g.events
     if sp.what == "name":
-        match = ev["name"].str.contains(sp.value).to_numpy()
+        match = ev["name"].cast(pl.String).str.contains(sp.value).to_numpy()
     elif sp.what == "category":
         match = (ev["category"] == sp.value).to_numpy()
     else:

@@ -51,7 +51,8 @@ def sync_edges(b: Builder, dev: pl.DataFrame) -> dict[str, int]:
         .cast(pl.Int64, strict=False).alias("rec_corr"),
         pl.col("start_ns").alias("sync_ns"))
         .unique(["rank", "correlation"], keep="first"))
-    calls = ev.filter(pl.col("category").is_in(("runtime", "driver")))
+    calls = ev.filter(pl.col("category").is_in(("runtime", "driver"))).with_columns(
+        pl.col("name").cast(pl.String))
     records = (calls.filter(pl.col("name").str.contains(r"(?i)eventrecord"))
                .select("rank", pl.col("correlation").alias("rec_corr"),
                        pl.col("start_ns").alias("rec_ns"))
