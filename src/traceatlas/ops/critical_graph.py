@@ -195,13 +195,30 @@ class Builder:
         return Graph(r0, r1, t, rank, track, e, self.events, dropped)
 
 
+def name_matches(names: pl.Series, pattern: str) -> pl.Series:
+    """``names.cast(pl.String).str.contains(pattern)`` (nulls stay null), the regex run
+    once per distinct name of a Categorical column and mapped by code: no String copy of
+    every name (a 1 GB rank has tens of millions)."""
+    import polars as pl
+
+    if names.dtype != pl.Categorical or names.null_count():
+        return names.cast(pl.String).str.contains(pattern)
+    codes = names.to_physical()
+    uniq = names.unique()
+    hit = uniq.cast(pl.String).str.contains(pattern).to_numpy()
+    ucodes = uniq.to_physical().to_numpy()
+    lut = np.zeros(int(ucodes.max()) + 1 if len(ucodes) else 1, bool)
+    lut[ucodes] = hit
+    return pl.Series(names.name, lut[codes.to_numpy()])
+
+
 def _ids(a: npt.ArrayLike) -> I64:
     """Ids as int32 (a copy) when they fit, else int64 (values unchanged)."""
     x = np.asarray(a)
     if len(x) and (int(x.max()) > np.iinfo(np.int32).max
                    or int(x.min()) < np.iinfo(np.int32).min):
         return np.array(x, np.int64)
-    return np.array(x, np.int32)  # type: ignore[return-value]
+    return np.array(x, np.int32)
 
 
 def region_events(trace_intervals: pl.LazyFrame, r0: int | None, r1: int | None
@@ -249,12 +266,10 @@ def host_chains(b: Builder, extra: pl.DataFrame) -> None:
     the names), and each point-sized temporary is released as soon as it is used (a
     1 GB rank has tens of millions of points; every int64 array of them is hundreds of
     MB)."""
-    import polars as pl
 
     ev = b.events
-    host = ev.select("eid", "rank", "track_id", "depth", "start_ns", "end_ns",
-                     pl.col("name").cast(pl.String).str.contains(DATA_LOAD_RE).alias("dl")).filter(
-        ~ev["category"].is_in(NOT_HOST))
+    host = ev.select("eid", "rank", "track_id", "depth", "start_ns", "end_ns").with_columns(
+        dl=name_matches(ev["name"], DATA_LOAD_RE)).filter(~ev["category"].is_in(NOT_HOST))
     eid = host["eid"].to_numpy()
     start = host["start_ns"].to_numpy()
     end = host["end_ns"].to_numpy()
@@ -330,7 +345,7 @@ def host_chains(b: Builder, extra: pl.DataFrame) -> None:
     own0 = np.maximum(own, 0)
     own_mpi = (own >= 0) & ev_mpi[own0]
     ev_sync = (ev["category"].is_in(("runtime", "driver"))
-               & ev["name"].cast(pl.String).str.contains(SYNC_CALL_RE)).to_numpy()
+               & name_matches(ev["name"], SYNC_CALL_RE)).to_numpy()
     own_sync = (own >= 0) & ev_sync[own0]
     del own0
     bound = np.where(dl_cov[i], B["data_load"],

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from traceatlas.ops.critical_graph import NOT_HOST, Builder
+from traceatlas.ops.critical_graph import NOT_HOST, Builder, name_matches
 
 if TYPE_CHECKING:
     import polars as pl
@@ -57,7 +57,7 @@ def thread_pairs(b: Builder, flows: pl.DataFrame) -> pl.DataFrame:
                        pl.col("src_track_id").cast(pl.Int64).alias("m_track"),
                        pl.col("dst_track_id").cast(pl.Int64).alias("a_track")))
     ev = b.events
-    auto = (ev.filter((pl.col("depth") == 0) & pl.col("name").cast(pl.String).str.contains(AUTOGRAD_RE))
+    auto = (ev.filter((pl.col("depth") == 0) & name_matches(ev["name"], AUTOGRAD_RE))
             .group_by("rank", "track_id").len()
             .sort("len", "rank", "track_id", descending=True).unique("rank", keep="first")
             .select(pl.col("rank").cast(pl.Int64), pl.col("track_id").cast(pl.Int64)

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from traceatlas.ops.critical_graph import NOT_HOST, Builder, K
+from traceatlas.ops.critical_graph import NOT_HOST, Builder, K, name_matches
 from traceatlas.ops.critical_ranks import instances
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def host_work(events: pl.DataFrame) -> pl.DataFrame:
     import polars as pl
 
     return events.filter(~pl.col("category").is_in(NOT_HOST)
-                         & pl.col("name").cast(pl.String).str.contains(HOST_WORK_RE)).select(
+                         & name_matches(events["name"], HOST_WORK_RE)).select(
         "eid", "rank", "track_id", "start_ns", "end_ns", pl.col("name").cast(pl.String),
         pl.col("process_group").fill_null(""))
 
@@ -138,7 +138,7 @@ def _wakeups(b: Builder, work: pl.DataFrame, t: I64, c_src: I64, c_dst: I64,
 
     ev = b.events
     ranks = work["rank"].cast(pl.Int64).unique().implode()
-    idle_ev = ((ev["category"] == "annotation") | ev["name"].cast(pl.String).str.contains(IDLE_OP_RE)
+    idle_ev = ((ev["category"] == "annotation") | name_matches(ev["name"], IDLE_OP_RE)
                ).to_numpy()
     idle = (c_own < 0) | idle_ev[np.maximum(c_own, 0)]
     rank_of = np.concatenate(b.rank)
@@ -153,7 +153,7 @@ def _wakeups(b: Builder, work: pl.DataFrame, t: I64, c_src: I64, c_dst: I64,
                          "s_track": work["track_id"].cast(pl.Int64),
                          "t_s": work["end_ns"]})
     q_work = b.start_node[work["eid"].to_numpy()]
-    enq_ev = ev.filter(pl.col("name").cast(pl.String).str.contains(ENQUEUE_RE)
+    enq_ev = ev.filter(name_matches(ev["name"], ENQUEUE_RE)
                        & ~pl.col("category").is_in(NOT_HOST)
                        & pl.col("rank").is_in(work["rank"].unique().implode()))
     enq = pl.DataFrame({"s": b.end_node[enq_ev["eid"].to_numpy()],

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from traceatlas.ops.critical_graph import Builder
+from traceatlas.ops.critical_graph import Builder, name_matches
 from traceatlas.ops.replay import SYNC_COLLECTIVE
 
 if TYPE_CHECKING:
@@ -45,13 +45,13 @@ def mpi_collectives(b: Builder) -> int:
 
     ev = b.events
     calls = (ev.filter((pl.col("category") == "mpi")
-                       & ~pl.col("name").cast(pl.String).str.contains(r"(?i)^MPI_I")
+                       & ~name_matches(ev["name"], r"(?i)^MPI_I")
                        & (pl.col("collective").is_not_null()
-                          | pl.col("name").cast(pl.String).str.contains(SYNC_COLLECTIVE)))
+                          | name_matches(ev["name"], SYNC_COLLECTIVE)))
              .with_columns(comm=pl.col("process_group").fill_null(""),
                            op=pl.coalesce(pl.col("collective").str.to_lowercase(),
-                                          pl.col("name").cast(pl.String).str.replace(r"(?i)^MPI_", "")
-                                          .str.to_lowercase()))
+                                          pl.col("name").cast(pl.String)
+                                          .str.replace(r"(?i)^MPI_", "").str.to_lowercase()))
              .sort("rank", "start_ns")
              .with_columns(occ=pl.int_range(pl.len()).over("rank", "comm", "op")))
     eid = calls["eid"].to_numpy()

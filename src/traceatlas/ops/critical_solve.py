@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from traceatlas.errors import InputError
-from traceatlas.ops.critical_graph import BOUNDS, KINDS, PRIORITY, B, Graph, K
+from traceatlas.ops.critical_graph import BOUNDS, KINDS, PRIORITY, B, Graph, K, name_matches
 
 I64 = npt.NDArray[np.int64]
 WORK_BOUNDS = (B["cpu"], B["gpu_compute"], B["gpu_comm"], B["data_load"], B["comm"])
@@ -234,7 +234,7 @@ def speedup_mask(g: Graph, sp: Speedup) -> npt.NDArray[np.bool_]:
     e = g.edges
     ev = g.events
     if sp.what == "name":
-        match = ev["name"].cast(pl.String).str.contains(sp.value).to_numpy()
+        match = name_matches(ev["name"], sp.value).to_numpy()
     elif sp.what == "category":
         match = (ev["category"] == sp.value).to_numpy()
     else:
