@@ -114,7 +114,9 @@ def _param_sets(name: str) -> list[dict[str, str]]:
             "load_imbalance": [{}, {"metric": "inclusive", "num_ranks": "3",
                                     "all_ranks": "true"}],
             "message_histogram": [{}, {"scale": "log", "bins": "7"}],
-            "comm_over_time": [{}, {"bins": "11", "by": "recv"}]}.get(name, [{}])
+            "comm_over_time": [{}, {"bins": "11", "by": "recv"}],
+            "phases": [{}, {"min_repeats": "2"}],  # 2 iterations: no loop by default
+            "time_profile": [{}, {"bins": "13", "normalize": "true"}]}.get(name, [{}])
 
 
 def test_registry_run_with_engine_process_pool(mpi256: traceatlas.Trace) -> None:
@@ -157,3 +159,43 @@ def test_cli_engine_env_and_bad_engine(mpi256: traceatlas.Trace, tmp_path: Path,
     bad = runner.invoke(app, args)
     assert bad.exit_code == 2
     assert "--engine" in bad.output and "Traceback" not in bad.output
+
+
+@pytest.mark.dask
+def test_every_partitioned_analysis_on_256_ranks_dask_2_workers(
+        mpi256: traceatlas.Trace) -> None:
+    """A LocalCluster of 2 worker processes gives the local engine's tables (inline rank
+    batches, the same batch size) for every analysis declared partitioned that applies."""
+    pytest.importorskip("distributed")
+    from traceatlas.engine.dask import DaskEngine
+
+    engine = DaskEngine(n_workers=2)
+    checked = []
+    try:
+        assert engine.workers(256) == 2
+        for name in registry.ANALYSES:
+            analysis = registry.get_analysis(name)
+            for params in _param_sets(name):
+                typed = registry.parse_params(analysis, params)
+                if not is_partitioned(analysis, typed):
+                    continue
+                try:
+                    registry.check_requirements(analysis, mpi256)
+                    local = run_partitioned(analysis, mpi256, typed, LocalEngine(1),
+                                            ranks_per_task=32)
+                except registry.MissingDataError:
+                    with pytest.raises(registry.MissingDataError):
+                        registry.check_requirements(analysis, mpi256)
+                        run_partitioned(analysis, mpi256, typed, engine, ranks_per_task=32)
+                    continue
+                dask = run_partitioned(analysis, mpi256, typed, engine, ranks_per_task=32)
+                assert_frame_equal(dask.table, local.table)
+                assert sorted(dask.extra) == sorted(local.extra)
+                for key, frame in local.extra.items():
+                    assert_frame_equal(dask.extra[key], frame)
+                assert dask.notes == local.notes
+                checked.append(name)
+    finally:
+        engine.close()
+    assert {"profile", "load_imbalance", "comm_matrix", "comm_by_rank", "message_histogram",
+            "comm_over_time", "mpi_wait", "time_profile", "phases"} <= set(checked), checked
