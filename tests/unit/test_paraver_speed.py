@@ -105,3 +105,34 @@ def test_zero_led_cast_keeps_the_sliced_values() -> None:
     header, at = parse_header(HEADER + bodies[0], "t.prv")
     first = parse_body(HEADER + bodies[0], at, header, "t.prv")
     assert first.pairs[:, 1:3].tolist() == [[60000019, 7], [9223372036854775807, 1]]
+
+
+def test_malloc_retain_does_not_change_the_tables(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """glibc's reuse of freed memory during read() (``_malloc_retain``) is an allocator
+    setting only: the tables equal those of a read with the setting left alone (the
+    helper replaced by a no-op), and a read after it was set back equals the first."""
+    import warnings
+
+    import traceatlas.io.paraver as paraver
+    from traceatlas.io.sources import Source
+    from traceatlas.testing.mpi import write_mpi_trace
+
+    path = tmp_path / "mpi.prv"
+    write_mpi_trace(path, ranks=4, iterations=20, imbalance=0.5,
+                    message_bytes=(1024, 4096, 65536))
+
+    def tables() -> list[dict[str, pa.Table]]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return [r.tables for r in paraver.ParaverReader().read(Source(str(path)), threads=2)]
+
+    retained = tables()
+    again = tables()
+    monkeypatch.setattr(paraver, "_malloc_retain", lambda on: False)
+    plain = tables()
+    assert len(retained) == len(plain) == 4
+    for a, b, c in zip(retained, again, plain, strict=True):
+        assert a.keys() == c.keys()
+        for name in a:
+            assert a[name].equals(c[name]) and b[name].equals(c[name]), name
+    assert sum(t["intervals"].num_rows for t in plain) > 0
