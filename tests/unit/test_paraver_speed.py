@@ -136,3 +136,27 @@ def test_malloc_retain_does_not_change_the_tables(tmp_path, monkeypatch) -> None
         for name in a:
             assert a[name].equals(c[name]) and b[name].equals(c[name]), name
     assert sum(t["intervals"].num_rows for t in plain) > 0
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 3), st.integers(0, 2),
+                               st.integers(0, 6)), max_size=60), monotone=st.booleans())
+def test_region_order_of_every_event_equals_the_five_key_lexsort(
+        rows: list[tuple[int, int, int, int]], monotone: bool) -> None:
+    """Every event a region (the path without gathers): same order and groups as the
+    five-key lexsort and a group id per (rank, thread, type) change."""
+    from traceatlas.io.paraver import _region_order
+
+    a = np.asarray(rows, dtype=np.int64).reshape(-1, 4)
+    rank, thread, etype, time = a[:, 0], a[:, 1], a[:, 2] + 50_000_001, a[:, 3]
+    if monotone:
+        time = np.sort(time)
+    order = np.arange(len(a), dtype=np.int64) * 2
+    ridx = np.arange(len(a), dtype=np.int64)
+    sort, group = _region_order(ridx, rank, thread, etype, time, order)
+    want = np.lexsort((order, time, etype, thread, rank))
+    assert sort.tolist() == want.tolist()
+    groups, ids = {}, []
+    for i in want.tolist():  # ids by first appearance of (rank, thread, type)
+        ids.append(groups.setdefault((rank[i], thread[i], etype[i]), len(groups)))
+    assert group.tolist() == ids

@@ -619,7 +619,9 @@ def _region_order(ridx: I64, rank: I64, thread: I64, etype: I64, time: I64,
     five-key lexsort)."""
     if not len(ridx):
         return ridx, np.zeros(0, dtype=np.int64)
-    r, th, ty = rank[ridx], thread[ridx], etype[ridx]
+    every = len(ridx) == len(rank)  # every event is a region: no gathers (ridx = 0..n-1)
+    r, th, ty, tm = ((rank, thread, etype, time) if every else
+                     (rank[ridx], thread[ridx], etype[ridx], time[ridx]))
     types, ty_code = _codes(ty)
     th_low = int(th.min())
     th_span = int(th.max()) - th_low + 1
@@ -628,10 +630,13 @@ def _region_order(ridx: I64, rank: I64, thread: I64, etype: I64, time: I64,
     if n_groups < 1 << 62:
         key = ((r - r_low) * th_span + (th - th_low)) * len(types) + ty_code
         by_group = _stable_order(key, (key,))
-        ks, ts = key[by_group], time[ridx][by_group]
+        ks, ts = key[by_group], tm[by_group]
         change = ks[1:] != ks[:-1]
         if bool(np.all((ts[1:] >= ts[:-1]) | change)):
-            return ridx[by_group], np.concatenate(([0], np.cumsum(change))).astype(np.int64)
+            group = np.empty(len(ks), dtype=np.int64)
+            group[0] = 0
+            np.cumsum(change, out=group[1:])
+            return (by_group if every else ridx[by_group]), group
     sort = ridx[np.lexsort((order[ridx], time[ridx], etype[ridx], thread[ridx], rank[ridx]))]
     return sort, _group_ids(np.stack([rank[sort], thread[sort], etype[sort]], axis=1))
 
