@@ -83,11 +83,13 @@ def timeline(trace: Trace, act: Activity, window: tuple[int, int],
     lo, hi = window
     width = max(1, -(-(hi - lo) // bins))
     edges = lo + width * np.arange(bins + 1, dtype=np.int64)
-    segs = union_segments(act.rows, ["rank"]).sort("rank", "start_ns").collect()
+    import polars as pl
+
     ranks = sorted(trace.ranks)
     values = np.zeros((len(ranks), bins))
-    for i, rank in enumerate(ranks):
-        part = segs.filter(segs["rank"] == rank)
+    for i, rank in enumerate(ranks):  # one rank at a time: memory bounded by the largest
+        part = union_segments(act.rows.filter(pl.col("rank") == rank), ["rank"]) \
+            .sort("start_ns").collect()
         starts = part["start_ns"].to_numpy()
         ends = part["end_ns"].to_numpy()
         values[i] = np.diff(_busy_before(starts, ends, edges)) / width
