@@ -24,9 +24,9 @@ label file would lose the data a user can still look at.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import json
-import platform
+import os
 import re
 import sys
 import warnings
@@ -112,14 +112,14 @@ _RETAIN_MMAP_B, _RETAIN_TRIM_B = 1 << 30, (1 << 31) - 1
 _AFTER_MMAP_B, _AFTER_TRIM_B = 32 << 20, 64 << 20  # glibc's dynamic thresholds at most
 
 
+@functools.cache
 def _libc() -> Any:
-    """glibc through ctypes, or None (another C library, or not found)."""
-    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
-        return None
-    name = ctypes.util.find_library("c")
+    """glibc through ctypes (soname ``libc.so.6``), or None (another C library)."""
     try:
-        return ctypes.CDLL(name) if name else None
-    except OSError:
+        glibc = sys.platform.startswith("linux") and os.confstr(
+            "CS_GNU_LIBC_VERSION") is not None
+        return ctypes.CDLL("libc.so.6") if glibc else None
+    except (OSError, ValueError):
         return None
 
 
@@ -130,11 +130,14 @@ def _malloc_retain(on: bool) -> bool:
     The reader allocates and frees arrays of tens to hundreds of MB one after the other;
     by default glibc maps each one afresh (mmap above its threshold, the heap top trimmed
     on free) and every page of it is faulted in and zeroed again: on a 178 MB trace
-    that was ~500,000 page faults, 1.9-2.5 s of system time for 1.8-2.1 s of user time.
-    With mmap threshold 1 GiB and trim threshold 2 GiB - 1 freed arrays are reused
-    (system time ~0.9 s). Off again: mallopt cannot give back glibc's dynamic
-    thresholds, so they are set to the most the dynamic ones reach (mmap 32 MiB, trim
-    64 MiB) and the free memory is returned to the system (``malloc_trim``)."""
+    ~510,000 page faults, 1.0-2.5 s of system time (more on a busier machine) for ~1.9 s
+    of user time. With mmap threshold 1 GiB and trim threshold 2 GiB - 1 freed arrays
+    are reused: ~330,000 faults (the peak RSS, about the same), user + system time
+    3.2 -> 2.9 s (mean of 4 reads each, load 4-5 on 2 cores). Off again: mallopt
+    cannot give back glibc's dynamic thresholds, so they are set to the most the
+    dynamic ones reach (mmap 32 MiB, trim 64 MiB) and the free memory is returned to
+    the system (``malloc_trim``). Process-wide: reads in other threads at the same time
+    only lose (or share) the reuse; results never depend on it."""
     libc = _libc()
     if libc is None:
         return False
