@@ -21,7 +21,13 @@ from test_tree_crossing import ENTER, EXIT, FWD, MOD, STEP1, STEP2, crossing_tra
 
 from traceatlas import analysis
 from traceatlas.errors import DataQualityWarning
-from traceatlas.ops.exclusive import child_overlap, crossed_rows, parents, with_exclusive
+from traceatlas.ops.exclusive import (
+    child_overlap,
+    crossed_rows,
+    exclusive_segments,
+    parents,
+    with_exclusive,
+)
 
 
 def frame(rows: list[tuple[int, int, int, int]]) -> pl.DataFrame:
@@ -79,6 +85,33 @@ def test_random_intervals_match_per_ns_ownership(raw: list[tuple[int, int, int, 
     for stack, length in union.items():
         assert sum(g for g, r in zip(got, rows, strict=True) if r[:2] == stack) == length
     assert result["crossed"].to_list() == brute_crossed(rows)
+
+
+def brute_owner(rows: list[tuple[int, int, int, int]], t: int) -> set[int]:
+    """Rows owning instant t: per stack the open row that started last; every open row
+    that never nests (layer < 0)."""
+    own = {i for i, r in enumerate(rows) if r[1] < 0 and r[2] <= t < r[3]}
+    for stack in {(r[0], r[1]) for r in rows if r[1] >= 0}:
+        open_ = [i for i, r in enumerate(rows) if r[:2] == stack and r[2] <= t < r[3]]
+        if open_:
+            own.add(max(open_, key=lambda i: (rows[i][2], -rows[i][3], i)))
+    return own
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(ROW, min_size=1, max_size=20))
+def test_segments_cover_each_instant_once(raw: list[tuple[int, int, int, int]]) -> None:
+    # the time_profile path: per instant, a row's signed segments add to 1 if it owns the
+    # instant, else 0 (so any window, e.g. a bin, gets the row's exclusive time in it)
+    rows = [(t, layer, s, s + d) for t, layer, s, d in raw]
+    segs = exclusive_segments(with_exclusive(frame(rows))).rows()
+    for t in range(max(r[3] for r in rows) + 1):
+        cover = [0] * len(rows)
+        for row, lo, hi, sign in segs:
+            if lo <= t < hi:
+                cover[row] += sign
+        own = brute_owner(rows, t)
+        assert cover == [1 if i in own else 0 for i in range(len(rows))], t
 
 
 def nested_rows(draw: st.DrawFn, lo: int, hi: int, depth: int) -> list[tuple[int, int]]:
@@ -171,6 +204,17 @@ def test_profile_on_crossing_kineto_trace_warns_once(tmp_path: Path) -> None:
                    FWD: 200_000, "aten::mm": 90_000, "cudaLaunchKernel": 10_000,
                    STEP2: 100_000, EXIT: 100_000}
     assert sum(got.values()) == 1_000_000  # the thread's busy time, counted once
+    # time_profile: each name's bins add up to its exclusive time; the 4 bins of 250k by
+    # hand from the owners above: bin 1 [250k,500k): Step 50k, forward 50k+50k, mm
+    # 10k+80k, launch 10k
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tp = analysis.run("time_profile", trace, {"bins": "4"}).table
+    sums = tp.group_by("name").agg(pl.col("exclusive_ns").sum())
+    assert dict(zip(sums["name"], sums["exclusive_ns"], strict=True)) == got
+    bin1 = tp.filter((pl.col("bin") == 1) & (pl.col("exclusive_ns") > 0))
+    assert dict(zip(bin1["name"], bin1["exclusive_ns"], strict=True)) == {
+        "ProfilerStep#1": 50_000, FWD: 100_000, "aten::mm": 90_000, "cudaLaunchKernel": 10_000}
 
 
 def test_no_warning_on_nested_input() -> None:

@@ -2,11 +2,13 @@
 
 Rows are intervals of the selected categories (``categories``: default every category on
 host-thread tracks except Paraver ``state``; ``all``; or a comma list, e.g. ``mpi`` or
-``mpi,kernel``). Exclusive time (``traceatlas.ops.exclusive``): inclusive time minus the
-time of the direct children on the same (rank, track), from the call-stack nesting of all
-host rows of the track (before the category selection). Rows on GPU streams / devices do
-not nest: exclusive = inclusive there (overlapping kernels each count in full). Paraver
-states nest only among themselves (exclusive = inclusive).
+``mpi,kernel``). Exclusive time (``traceatlas.ops.exclusive``): the ns a row is the
+innermost open interval of its (rank, track), over all host rows of the track (before the
+category selection): inclusive time minus the direct children's for nested calls; crossing
+intervals (one starts inside another and ends after it) count each ns once, for the one
+that started last, with a ``DataQualityWarning``. Rows on GPU streams / devices do not
+nest: exclusive = inclusive there (overlapping kernels each count in full). Paraver states
+form their own stack (they tile the thread: exclusive = inclusive).
 
 ``by=rank`` columns: rank, name, category, ``calls`` (intervals), ``inclusive_ns`` (sum of
 durations; a recursive call counts its nested instances again, as in Pipit),
@@ -24,9 +26,9 @@ Sorted by exclusive time descending (then name); ``top=N`` keeps N rows (per ran
 ``by=rank``). Times in ns.
 
 Differences from Pipit (``pipit/trace.py``: ``calc_exc_metrics``, ``flat_profile``): Pipit
-matches Enter/Leave per (Process, Thread) and subtracts every child's inclusive time;
-we subtract each child's overlap with its parent (identical for nested calls, never
-negative for crossing ones). Pipit has no min/max/imbalance in the flat profile (they are
+matches Enter/Leave per (Process, Thread) and subtracts every child's inclusive time
+(identical for nested calls; on crossing ones Pipit loses the overlap, or goes negative,
+where we count it once). Pipit has no min/max/imbalance in the flat profile (they are
 in ``load_imbalance``) and no category filter.
 """
 

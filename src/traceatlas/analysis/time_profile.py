@@ -7,11 +7,11 @@ latest timestamp of the selection (interval starts and ends and instants, every 
 category: Pipit's ``np.linspace(min, max, num_bins + 1)`` over all events), with integer
 edges ``edge_k = first + floor(k * span / bins)``; bin k is ``[edge_k, edge_k+1)``.
 
-Exclusive time in a bin (Pipit's per-bin ``inc_time_in_bin`` minus the children's): each
-selected interval adds its overlap with the bin, and each of its direct children
-(``traceatlas.ops.exclusive``) takes away the child's overlap with the bin: the time the
-function is on top of its stack inside the bin, so an interval split across two bins
-gives each bin the part it covers. Summed over ranks and threads.
+Exclusive time in a bin (Pipit's per-bin ``inc_time_in_bin`` minus the children's): the
+time the function is on top of its stack inside the bin (``ops.exclusive.
+exclusive_segments``: for nested calls, the interval's overlap with the bin minus its
+direct children's; crossing intervals count each ns once), so an interval split across
+two bins gives each bin the part it covers. Summed over ranks and threads.
 
 Columns: ``bin`` (0-based), ``bin_start_ns``, ``bin_end_ns``, name, category,
 ``exclusive_ns``; with ``normalize=true`` also ``fraction`` = exclusive_ns / (ranks x
@@ -36,7 +36,7 @@ import numpy as np
 from traceatlas.analysis.base import Param, Result
 from traceatlas.analysis.partitioned import summed_notes
 from traceatlas.analysis.profile import CATEGORIES_HELP
-from traceatlas.ops.exclusive import exclusive_intervals
+from traceatlas.ops.exclusive import exclusive_intervals, exclusive_segments
 
 if TYPE_CHECKING:
     from traceatlas.model.trace import Trace
@@ -138,17 +138,9 @@ class TimeProfile:
         assert span is not None  # the "intervals" requirement holds
         edges = bin_edges(int(span[0]), int(span[1]), nbins)
         kept = frame.with_row_index("row").filter(pl.col("keep"))
-        # Segments: + each kept row; - each child's overlap, booked on its kept parent.
-        children = frame.with_row_index("row").filter(pl.col("parent") >= 0).join(
-            kept.select(pl.col("row").cast(pl.Int64).alias("parent"),
-                        pl.col("name").alias("pname"), pl.col("category").alias("pcat")),
-            on="parent")
-        segs = pl.concat([
-            kept.select("name", "category", "start_ns", "end_ns", sign=pl.lit(1, pl.Int64)),
-            children.select(pl.col("pname").alias("name"), pl.col("pcat").alias("category"),
-                            "start_ns", (pl.col("start_ns") + pl.col("child_ns")).alias("end_ns"),
-                            sign=pl.lit(-1, pl.Int64)),
-        ])
+        # Signed segments whose overlap with a bin is the row's exclusive time in it.
+        segs = exclusive_segments(frame).join(
+            kept.select(pl.col("row").cast(pl.Int64), "name", "category"), on="row")
         seg, b, overlap = split_by_bin(segs["start_ns"].to_numpy().astype(np.int64),
                                        segs["end_ns"].to_numpy().astype(np.int64), edges)
         parts = pl.DataFrame({

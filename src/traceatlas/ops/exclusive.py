@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from traceatlas.ops.nesting import BoolArray, IntArray, nesting_depth, sort_for_nesting
-from traceatlas.ops.owned import owned_ns, timeline_order
+from traceatlas.ops.owned import owned_ns, paint_max, timeline_order
 
 if TYPE_CHECKING:
     import polars as pl
@@ -146,6 +146,74 @@ def with_exclusive(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(parent=pl.Series(parent), child_ns=pl.Series(overlap),
                               exclusive_ns=pl.Series(exclusive),
                               crossed=pl.Series(crossed_rows(key, start, end, nests)))
+
+
+def owned_pieces(key: IntArray, start: IntArray, end: IntArray) -> tuple[IntArray, ...]:
+    """The pieces of the timeline each row owns (innermost open interval, as
+    ``owned_ns``): (row index, piece start ns, piece end ns), pieces of one row disjoint.
+
+    Every row's stack is placed on one axis (each key's span shifted past the previous
+    key's), its elementary segments painted with the row that started last
+    (``ops.owned.paint_max`` in ``timeline_order``)."""
+    n = len(start)
+    if n == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    order = timeline_order(key, start, end)
+    ks, ss, es = key[order], start[order], end[order]
+    first = np.flatnonzero(np.concatenate(([True], ks[1:] != ks[:-1])))
+    span = np.maximum.reduceat(es, first) - ss[first] + 1
+    shift = np.repeat(np.concatenate(([0], np.cumsum(span)[:-1])) - ss[first],
+                      np.diff(np.append(first, n)))
+    xs, xe = ss + shift, es + shift
+    points = np.unique(np.concatenate((xs, xe)))
+    owner = paint_max(np.searchsorted(points, xs), np.searchsorted(points, xe),
+                      len(points) - 1)
+    seg = np.flatnonzero(owner >= 0)
+    who = owner[seg]
+    return order[who], points[seg] - shift[who], points[seg + 1] - shift[who]
+
+
+def exclusive_segments(frame: pl.DataFrame) -> pl.DataFrame:
+    """Signed segments of a ``with_exclusive`` frame: ``row`` (index in ``frame``),
+    ``start_ns``, ``end_ns``, ``sign`` (+1/-1). At every instant, the signed segments of a
+    row covering it add to 1 when the row owns the instant (innermost open interval;
+    rows that never nest own their whole span) and to 0 otherwise; so the signed overlap
+    of a row's segments with any window is its exclusive time inside that window.
+
+    Stacks without a crossed row: + the row, - each direct child's ``[start, start +
+    child_ns)`` booked on its parent. Stacks with one: + the pieces each row owns
+    (``owned_pieces``)."""
+    import polars as pl
+
+    f = frame.select("rank", "track_id", "layer", "start_ns", "end_ns", "parent", "child_ns",
+                     "crossed").with_row_index("row").with_columns(pl.col("row").cast(pl.Int64))
+    stack = ["rank", "track_id", "layer"]
+    bad = f.filter(pl.col("layer") >= 0).group_by(stack).agg(pl.col("crossed").any())
+    f = f.join(bad.filter(pl.col("crossed")).select(*stack, painted=pl.lit(True)),
+               on=stack, how="left", maintain_order="left")
+    f = f.with_columns(pl.col("painted").fill_null(False))
+    plain = f.filter(~pl.col("painted"))
+    cols = ["row", "start_ns", "end_ns", "sign"]
+    parts = [
+        plain.select("row", "start_ns", "end_ns", sign=pl.lit(1, pl.Int64)),
+        plain.filter(pl.col("parent") >= 0).select(
+            pl.col("parent").alias("row"), "start_ns",
+            (pl.col("start_ns") + pl.col("child_ns")).alias("end_ns"), sign=pl.lit(-1, pl.Int64)),
+    ]
+    painted = f.filter(pl.col("painted"))
+    if painted.height:
+        rank = painted["rank"].to_numpy().astype(np.int64)
+        track = painted["track_id"].to_numpy().astype(np.int64)
+        layer = painted["layer"].to_numpy().astype(np.int64)
+        tracks = int(track.max()) - int(track.min()) + 1
+        key = ((rank - int(rank.min())) * tracks + (track - int(track.min()))) * (
+            int(layer.max()) + 1) + layer
+        who, lo, hi = owned_pieces(key, painted["start_ns"].to_numpy().astype(np.int64),
+                                   painted["end_ns"].to_numpy().astype(np.int64))
+        parts.append(pl.DataFrame({"row": painted["row"].to_numpy()[who], "start_ns": lo,
+                                   "end_ns": hi, "sign": np.ones(len(who), dtype=np.int64)}))
+    return pl.concat([p.select(cols).cast({c: pl.Int64 for c in cols}) for p in parts])
 
 
 HOST_KIND = "host_thread"
