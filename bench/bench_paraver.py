@@ -32,6 +32,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -129,6 +130,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--label", help="store this run under runs/<label> in --json-out "
                     "(earlier keys kept); without it the top-level keys are replaced")
+    ap.add_argument("--repeat", type=int, default=1, help="reads per input and variant "
+                    "(variants alternate: after, before, after, ...)")
     ap.add_argument("--only", nargs="*", help="inputs to measure (mpi.prv, mpi.prv.gz, "
                     "lulesh.prv); all by default")
     args = ap.parse_args()
@@ -146,12 +149,14 @@ def main() -> None:
             continue
         size = path.stat().st_size
         plain = path.with_suffix("").stat().st_size if path.suffix == ".gz" else size
-        for variant, src in variants.items():
+        for repeat, (variant, src) in ((i, v) for i in range(max(1, args.repeat))
+                                       for v in variants.items()):
             env = dict(os.environ, PYTHONPATH=src)
             rec = measured([sys.executable, __file__, "--child", str(path)], env,
                            args.timeout)
             read_s = rec.get("child", {}).get("read_s") or rec["wall_s"]
-            rec.update(input=name, variant=variant, file_bytes=size, prv_bytes=plain,
+            rec.update(input=name, variant=variant, repeat=repeat, file_bytes=size,
+                       prv_bytes=plain,
                        mb_per_s=plain / 1e6 / rec["wall_s"], mb_per_s_read=plain / 1e6 / read_s)
             results.append(rec)
             print(f"{name:12s} {variant:6s} wall {rec['wall_s']:6.1f} s  cpu "
@@ -159,12 +164,20 @@ def main() -> None:
                   f"  {rec['mb_per_s']:6.1f} MB/s (read alone {rec['mb_per_s_read']:6.1f})"
                   f"  other cores "
                   f"{rec.get('other_cpu_s', 0) / rec['wall_s']:.2f}", flush=True)
+    summary: dict[str, dict[str, dict[str, float]]] = {}
+    for name in dict.fromkeys(r["input"] for r in results):
+        for variant in variants:
+            mine = [r for r in results if r["input"] == name and r["variant"] == variant]
+            summary.setdefault(name, {})[variant] = {
+                f"median_{k}": statistics.median(float(r.get(k, 0)) for r in mine)
+                for k in ("wall_s", "cpu_s", "maxrss_bytes", "mb_per_s", "mb_per_s_read")}
     report = {
         "command": " ".join([".venv/bin/python", "bench/bench_paraver.py", *sys.argv[1:]]),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "before_ref": None if args.skip_before else args.before_ref,
         "results": results,
+        "summary": summary,  # medians over --repeat reads
     }
     if args.json_out:
         # earlier keys are kept: this run goes under "runs"/<label> (the top-level keys
