@@ -24,6 +24,7 @@ label file would lose the data a user can still look at.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import json
 import os
@@ -91,7 +92,9 @@ class ParaverReader:
             body = parse_body(data, body_at, header, source.display, threads=threads)
             del data
             notes = _report_body(body, source.display)
-            return _Assembler(source, header, pcf, rows, body, companions, notes).ranks()
+            assembler = _Assembler(source, header, pcf, rows, body, companions, notes)
+            del body  # the assembler drops the record arrays once the columns are built
+            return assembler.ranks()
         finally:
             if retained:
                 _malloc_retain(False)
@@ -319,13 +322,15 @@ class _Assembler:
         states = self.states()
         intervals = _concat([states, intervals])
         messages = self.messages()
-        tracks = self.tracks(intervals)
-        intervals = self.with_depth(intervals, tracks)
         b = self.body
         self.rank_records = {
             k: np.bincount(self.rank_of(arr[:, 2], arr[:, 3]), minlength=h.n_tasks)
             for k, arr in (("1", b.states), ("2", b.ev_fields), ("3", b.comms))
         }
+        del states, b
+        self.body = _without_records(self.body)  # lower peak memory (read() holds none)
+        tracks = self.tracks(intervals)
+        intervals = self.with_depth(intervals, tracks)
         per_rank = {
             name: _split(name, table, h.n_tasks)
             for name, table in (("tracks", tracks), ("intervals", intervals),
@@ -560,6 +565,18 @@ class _Assembler:
                   for k in items]
         return pa.table({"key": pa.array(list(items), pa.string()),
                          "value": pa.array(values, pa.string())})
+
+
+def _without_records(body: Body) -> Body:
+    """``body`` with empty record arrays (counts, drops and the rest kept): the arrays
+    (~3 times the .prv in bytes) are freed once the tables' columns are built."""
+    def empty(rows: I64) -> I64:
+        return np.zeros((0, *rows.shape[1:]), dtype=np.int64)
+
+    return dataclasses.replace(
+        body, states=empty(body.states), state_lines=empty(body.state_lines),
+        ev_fields=empty(body.ev_fields), ev_lines=empty(body.ev_lines),
+        pairs=empty(body.pairs), comms=empty(body.comms))
 
 
 def _mask(array: Any, null: bool = False) -> npt.NDArray[np.bool_]:
