@@ -191,3 +191,121 @@ def test_rank_with_most_device_time(tmp_path: Path) -> None:
     assert [g.metric for g in section.graphs] == ["device", "host"]
     kernel = [b for b in device.boxes if b.chain[-1] == "gemm"]
     assert kernel and kernel[0].value_ns == 3_000
+
+
+# -- the rank chosen without the whole tree (``flame.busiest_rank``, ``flame.build``) ------
+
+def _tree_choice(trace: traceatlas.Trace) -> tuple[int, int, int] | None:
+    """The former rule on the tree of every rank: (rank, ranks with a root, device ns)."""
+    table = Results(trace).get("tree", {"view": "top_down", "by": "rank"}).table
+    roots = table.filter(pl.col("depth") == 0).sort("rank")
+    if roots.height == 0:
+        return None
+    best = roots.sort(["device_inclusive_ns", "rank"], descending=[True, False]).row(
+        0, named=True)
+    ns = int(best["device_inclusive_ns"] or 0)
+    return (int(best["rank"]) if ns > 0 else int(roots["rank"][0])), roots.height, ns
+
+
+def _canonical(section: flame.FlameSection) -> tuple[object, ...]:
+    """The section with node ids replaced by box positions (a one-rank tree numbers its
+    nodes differently from the tree of every rank; everything else must be equal)."""
+    graphs = []
+    for g in section.graphs:
+        pos = {b.node_id: i for i, b in enumerate(g.boxes) if b.node_id >= 0}
+        graphs.append((g.metric, g.root_ns, g.folded, g.cut_depth, [
+            (b.node_id >= 0, None if b.parent_id is None else pos[b.parent_id], b.depth,
+             b.name, b.category, b.value_ns, b.x, b.w, b.folded, b.chain)
+            for b in g.boxes]))
+    return section.rank, section.why, graphs
+
+
+def canonical_html(text: str) -> str:
+    """``data-node`` / ``data-parent`` ids renamed by first appearance (other boxes: -1)."""
+    import re
+
+    seen: dict[str, str] = {}
+
+    def rename(m: re.Match[str]) -> str:
+        if m.group(2) == "-1":
+            return m.group(0)
+        return f'{m.group(1)}="{seen.setdefault(m.group(2), str(len(seen)))}"'
+
+    return re.sub(r'(data-node|data-parent)="(-?\d+)"', rename, text)
+
+
+def assert_same_as_whole(trace: traceatlas.Trace) -> flame.FlameSection:
+    """``build`` (one-rank tree) against ``build_whole`` (every rank): same boxes, values,
+    why text and HTML up to node numbering."""
+    new = flame.build(Results(trace))
+    old = flame.build_whole(Results(trace))
+    assert _canonical(new) == _canonical(old)
+    assert canonical_html(flame.html(new, "")) == canonical_html(flame.html(old, ""))
+    return new
+
+
+def _ranks(tmp_path: Path, plans: dict[int, list[tuple[str, int]]],
+           host_only_tid: bool = False) -> traceatlas.Trace:
+    """One rank per plan entry: a step, an op, and per (kind, ns) a launch of that kind
+    running ns on the device (no launch: the rank has host activity only)."""
+    builders = []
+    for rank, launches in plans.items():
+        b = TraceBuilder(rank, max(plans) + 1)
+        b.step(1, 0, 100_000)
+        b.cpu_op("aten::mm", 100, 50_000)
+        for i, (kind, ns) in enumerate(launches):
+            name = {"kernel": f"gemm{i % 2}", "memcpy": "Memcpy HtoD (Pageable -> Device)",
+                    "memset": "Memset (Device)"}[kind]
+            b.launch(name, 200 + 1_000 * i, 100, 1_000 + 10_000 * i, ns,
+                     kind=kind, nbytes=64 if kind != "kernel" else None)  # type: ignore[arg-type]
+        builders.append(b)
+    write_multi_rank(tmp_path / "run", builders)
+    return traceatlas.open(str(tmp_path / "run"))
+
+
+CASES = {
+    # device ns per rank by hand: 0: 1,000 + 500 = 1,500; 1: 3,000; 2: 2,000 + 1,000 =
+    # 3,000 (a tie with rank 1: the lower rank); 3: host only
+    "tie": ({0: [("kernel", 1_000), ("memcpy", 500)], 1: [("kernel", 3_000)],
+             2: [("kernel", 2_000), ("memset", 1_000)], 3: []}, (1, 4, 3_000)),
+    "no device time": ({0: [], 1: [], 2: []}, (0, 3, 0)),
+    "one rank": ({0: [("kernel", 700)]}, (0, 1, 700)),
+    "last rank busiest": ({0: [("memset", 10)], 1: [], 2: [("kernel", 11)]}, (2, 3, 11)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_busiest_rank_is_the_tree_choice(tmp_path: Path, case: str) -> None:
+    plans, expected = CASES[case]
+    trace = _ranks(tmp_path, plans)
+    assert flame.busiest_rank(trace) == expected  # by hand
+    assert _tree_choice(trace) == expected  # the former rule on the whole tree
+    section = assert_same_as_whole(trace)
+    assert section.rank == expected[0]
+    if expected[2] == 0:
+        assert "no device time" in section.why
+    elif expected[1] > 1:
+        assert "most device time" in section.why
+
+
+def test_ranks_not_from_zero_and_a_selection(tmp_path: Path) -> None:
+    """Ranks 2 and 5 (5 busier), then a view keeping rank 2 only."""
+    trace = _ranks(tmp_path, {2: [("kernel", 400)], 5: [("kernel", 900)]})
+    assert flame.busiest_rank(trace) == _tree_choice(trace) == (5, 2, 900)
+    assert_same_as_whole(trace)
+    view = trace.select(ranks=[2])
+    assert flame.busiest_rank(view) == _tree_choice(view) == (2, 1, 400)
+    assert assert_same_as_whole(view).why == "rank 2"
+
+
+def test_empty_tree_says_why(tmp_path: Path) -> None:
+    """No interval in the view: the whole-trace path's reason."""
+    from traceatlas.report.results import Unavailable
+
+    trace = _ranks(tmp_path, {0: [("kernel", 5)]}).select(categories=["counter"])
+    assert flame.busiest_rank(trace) is None
+    with pytest.raises(Unavailable) as new:
+        flame.build(Results(trace))
+    with pytest.raises(Unavailable) as old:
+        flame.build_whole(Results(trace))
+    assert new.value.reason == old.value.reason

@@ -20,6 +20,7 @@ from traceatlas.report import svg
 if TYPE_CHECKING:
     import polars as pl
 
+    from traceatlas.model.trace import Trace
     from traceatlas.report.results import Results
 
 MIN_SHARE = 0.005
@@ -87,7 +88,27 @@ class FlameSection:
 
 def build(results: Results) -> FlameSection:
     """Flame graphs of the rank with the most device time (else the lowest rank);
-    ``Unavailable`` when the tree cannot be built or is empty."""
+    ``Unavailable`` when the tree cannot be built or is empty.
+
+    The rank is chosen from the intervals (``busiest_rank``, the same choice as the
+    tree's roots) and the tree is built for that rank alone (``by=rank`` on a one-rank
+    view: a rank's tree does not depend on the other ranks); node ids are those of the
+    one-rank tree. With no rank in the tree, the whole-trace path (``build_whole``)
+    gives the reason."""
+    from traceatlas.report.results import Results as Shared
+
+    choice = busiest_rank(results.trace)
+    if choice is None:
+        return build_whole(results)
+    rank, n_ranks, device_ns = choice
+    one = Shared(results.trace.select(ranks=[rank]), path=results.path)
+    table = one.get("tree", {"view": "top_down", "by": "rank"}).table
+    return _section(table, rank, _why(rank, n_ranks, device_ns))
+
+
+def build_whole(results: Results) -> FlameSection:
+    """``build`` from the ``tree`` of every rank (the rank chosen from the tree's roots):
+    the former path, kept as the oracle of ``build``."""
     import polars as pl
 
     from traceatlas.report.results import Unavailable
@@ -98,14 +119,59 @@ def build(results: Results) -> FlameSection:
         raise Unavailable("the calling-context tree is empty")
     busiest = roots.sort(["device_inclusive_ns", "rank"], descending=[True, False]).row(
         0, named=True)
-    if int(busiest["device_inclusive_ns"] or 0) > 0:
-        rank = int(busiest["rank"])
-        why = (f"rank {rank}: the rank with the most device time"
-               if roots.height > 1 else f"rank {rank}")
-    else:
-        rank = int(roots["rank"][0])
-        why = f"rank {rank} (the lowest rank: the trace has no device time)"
-    part = table.filter(pl.col("rank") == rank)
+    device_ns = int(busiest["device_inclusive_ns"] or 0)
+    rank = int(busiest["rank"]) if device_ns > 0 else int(roots["rank"][0])
+    return _section(table.filter(pl.col("rank") == rank), rank,
+                    _why(rank, roots.height, device_ns))
+
+
+def busiest_rank(trace: Trace) -> tuple[int, int, int] | None:
+    """(rank, ranks in the tree, its device ns) without building the tree: the rank with
+    the most device time (ties: the lowest), else the lowest rank; None when no rank has
+    a tree.
+
+    The same choice as the roots of ``tree`` (``ops.cct``): a rank's root holds the
+    ``dur_ns`` sum of its ``DEVICE_CATEGORIES`` intervals (every one is a leaf of the
+    tree), and a rank has a root when it has such an interval or a host-thread interval
+    (a track not listed with another kind) of a category other than ``state``. One
+    scan of four columns, grouped per (rank, track, category)."""
+    import polars as pl
+
+    from traceatlas.ops.cct import DEVICE_CATEGORIES, HOST_KIND
+
+    cat = pl.col("category").cast(pl.String)
+    groups = (trace.intervals.select("rank", "track_id", "category", "dur_ns")
+              .group_by("rank", "track_id", "category")
+              .agg(pl.col("dur_ns").sum().cast(pl.Int64).alias("_ns"))
+              .with_columns(cat.alias("category"))
+              .collect())
+    other_kind = (trace.tracks.filter(pl.col("kind").cast(pl.String) != HOST_KIND)
+                  .select("rank", "track_id").collect())
+    device = groups.filter(pl.col("category").is_in(DEVICE_CATEGORIES))
+    host = (groups.filter((pl.col("category") != "state")
+                          & ~pl.col("category").is_in(DEVICE_CATEGORIES))
+            .join(other_kind, on=["rank", "track_id"], how="anti"))
+    ranks = sorted(set(device["rank"].to_list()) | set(host["rank"].to_list()))
+    if not ranks:
+        return None
+    per_rank = {int(r): int(ns or 0) for r, ns in
+                device.group_by("rank").agg(pl.col("_ns").sum()).iter_rows()}
+    best = min(ranks, key=lambda r: (-per_rank.get(r, 0), r))
+    return best, len(ranks), per_rank.get(best, 0)
+
+
+def _why(rank: int, n_ranks: int, device_ns: int) -> str:
+    """Why ``rank`` is drawn."""
+    if device_ns > 0:
+        return (f"rank {rank}: the rank with the most device time"
+                if n_ranks > 1 else f"rank {rank}")
+    return f"rank {rank} (the lowest rank: the trace has no device time)"
+
+
+def _section(part: pl.DataFrame, rank: int, why: str) -> FlameSection:
+    """The graphs of one rank's tree table."""
+    from traceatlas.report.results import Unavailable
+
     section = FlameSection(rank, why)
     for label, column in METRICS:
         graph = layout(part, column, label)
