@@ -10,6 +10,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+import numpy as np
 import pytest
 
 import traceatlas
@@ -121,3 +122,26 @@ def test_breakdown_host_comm_is_the_gloo_union(stores: dict[str, traceatlas.Trac
                               and e.get("cat") != "gpu_user_annotation"])
         got = table.filter(table["rank"] == rank)["host_comm_ns"][0]
         assert expected > 0 and abs(got - expected) <= 1_000  # us text -> ns rounding
+
+
+@pytest.mark.parametrize("name", ["healthy", "dataload", "imbalance"])
+def test_classify_table_equals_sorted_path(stores: dict[str, traceatlas.Trace], name: str,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``idle_causes.classify`` (code table) against ``classify_sorted`` (the former
+    np.unique path) and a per-row ``name_class``, and the whole causes table with either."""
+    import polars as pl
+
+    from traceatlas.analysis import idle_causes
+    from traceatlas.ops.host_activity import name_class
+
+    trace = stores[name]
+    rows = trace.intervals.select("name", "category").collect()
+    fast = idle_causes.classify(rows)
+    assert np.array_equal(fast, idle_causes.classify_sorted(rows))
+    pairs = rows.select(pl.col("name").cast(pl.String), pl.col("category").cast(pl.String))
+    memo: dict[tuple[str, str], int] = {}
+    plain = [memo.setdefault((n, c), name_class(str(n), str(c))) for n, c in pairs.iter_rows()]
+    assert fast.tolist() == plain
+    new = _causes(trace)[1]
+    monkeypatch.setattr(idle_causes, "classify", idle_causes.classify_sorted)
+    assert new.equals(_causes(trace)[1])

@@ -118,16 +118,7 @@ def _host(trace: Trace, ranks: list[int], device: pl.DataFrame
             .filter(~pl.col("category").is_in((*DEVICE_WORK, "gpu_annotation"))
                     & pl.col("rank").is_in(ranks))
             .collect())
-    # Classify each distinct (name, category) once, found through the categorical codes
-    # (hashing 1 M strings for a join cost more than the rest of the read).
-    name_code = rows["name"].to_physical().to_numpy().astype(np.int64)
-    cat_code = rows["category"].to_physical().to_numpy().astype(np.int64)
-    pair = name_code * (int(cat_code.max(initial=0)) + 1) + cat_code
-    distinct, first = np.unique(pair, return_index=True)
-    classes = np.array([name_class(str(n), str(c)) for n, c in zip(
-        rows["name"].gather(first).to_list(), rows["category"].gather(first).to_list(),
-        strict=True)], dtype=np.int8)
-    k = classes[np.searchsorted(distinct, pair)] if pair.size else classes
+    k = classify(rows)
     # correlation ids are per rank: a launch is pageable when its own rank's copy is
     pageable = (device.filter(pl.col("name").str.contains(PAGEABLE_RE.pattern)
                               & pl.col("correlation").is_not_null())
@@ -157,6 +148,53 @@ def _host(trace: Trace, ranks: list[int], device: pl.DataFrame
     host = host.drop("_row", "correlation", "category").with_columns(
         paint_end=pl.Series(paint_end))
     return host, calls
+
+
+def classify(rows: pl.DataFrame) -> npt.NDArray[np.int8]:
+    """``name_class`` of each row's (``name``, ``category``), each distinct pair classified
+    once, found through the categorical codes (hashing 1 M strings for a join costs more
+    than the rest of the read): a table indexed by the pair code when the codes span a
+    small range (no sort), else ``classify_sorted``."""
+    pair = _pair_codes(rows)
+    if pair.size == 0:
+        return np.zeros(0, np.int8)
+    low = int(pair.min())
+    span = int(pair.max()) - low + 1
+    if span > 4 * pair.size + 1_000_000:
+        return classify_sorted(rows)
+    first = np.full(span, -1, np.int64)
+    first[pair[::-1] - low] = np.arange(pair.size - 1, -1, -1)  # the first row of each
+    present = np.flatnonzero(first >= 0)
+    table = np.full(span, -1, np.int8)
+    table[present] = _classes(rows, first[present])
+    out: npt.NDArray[np.int8] = table[pair - low]
+    return out
+
+
+def classify_sorted(rows: pl.DataFrame) -> npt.NDArray[np.int8]:
+    """``classify`` by ``np.unique`` and a sorted search (the former path: the oracle of
+    ``classify``'s table)."""
+    pair = _pair_codes(rows)
+    distinct, first = np.unique(pair, return_index=True)
+    classes = _classes(rows, first)
+    out: npt.NDArray[np.int8] = (classes[np.searchsorted(distinct, pair)] if pair.size
+                                 else classes)
+    return out
+
+
+def _pair_codes(rows: pl.DataFrame) -> IntArray:
+    """One int64 per row from the ``name`` and ``category`` categorical codes."""
+    name_code = rows["name"].to_physical().to_numpy().astype(np.int64)
+    cat_code = rows["category"].to_physical().to_numpy().astype(np.int64)
+    out: IntArray = name_code * (int(cat_code.max(initial=0)) + 1) + cat_code
+    return out
+
+
+def _classes(rows: pl.DataFrame, first: npt.NDArray[np.int64]) -> npt.NDArray[np.int8]:
+    """``name_class`` of the rows ``first`` (one per distinct pair)."""
+    return np.array([name_class(str(n), str(c)) for n, c in zip(
+        rows["name"].gather(first).to_list(), rows["category"].gather(first).to_list(),
+        strict=True)], dtype=np.int8)
 
 
 def _stream(host: _Host, tracks: list[int], gaps: pl.DataFrame,
