@@ -145,3 +145,79 @@ def test_classify_table_equals_sorted_path(stores: dict[str, traceatlas.Trace], 
     new = _causes(trace)[1]
     monkeypatch.setattr(idle_causes, "classify", idle_causes.classify_sorted)
     assert new.equals(_causes(trace)[1])
+
+
+def _host_old(trace: traceatlas.Trace, ranks: list[int], device: Any) -> tuple[Any, Any]:
+    """The former ``idle_causes._host`` (pageable launches found by a left join of every
+    host row), the oracle of the new one."""
+    import polars as pl
+
+    from traceatlas.analysis.idle_causes import LAUNCH_CATEGORIES, classify
+    from traceatlas.analysis.requirements import DEVICE_WORK
+    from traceatlas.ops.host_activity import PAGEABLE_RE
+
+    rows = (trace.intervals
+            .select("rank", "track_id", "start_ns", "end_ns", "name", "category", "depth",
+                    "correlation")
+            .filter(~pl.col("category").is_in((*DEVICE_WORK, "gpu_annotation"))
+                    & pl.col("rank").is_in(ranks))
+            .collect())
+    k = classify(rows)
+    # correlation ids are per rank: a launch is pageable when its own rank's copy is
+    pageable = (device.filter(pl.col("name").str.contains(PAGEABLE_RE.pattern)
+                              & pl.col("correlation").is_not_null())
+                .select(pl.col("rank").cast(rows["rank"].dtype),
+                        pl.col("correlation").cast(rows["correlation"].dtype))
+                .unique().with_columns(_pageable=pl.lit(True)))
+    launch = pl.col("category").is_in(LAUNCH_CATEGORIES) & pl.col("correlation").is_not_null()
+    host = (rows.with_columns(k=pl.Series(k, dtype=pl.Int8))
+            .join(pageable, on=["rank", "correlation"], how="left", maintain_order="left")
+            .with_columns(k=pl.when(launch & pl.col("_pageable").fill_null(False))
+                          .then(pl.lit(2, pl.Int8)).otherwise(pl.col("k")))
+            .drop("_pageable")
+            .filter(pl.col("k") >= 0))
+    calls = (host.filter(launch)
+             .select("rank", "track_id", "correlation", pl.col("start_ns").alias("next_ns"))
+             .sort("next_ns"))
+    host = host.with_row_index("_row")
+    syncs = (host.filter(pl.col("k") == 2).select("_row", "rank", "track_id", "end_ns")
+             .sort("end_ns")
+             .join_asof(calls.select("rank", "track_id", "next_ns"), left_on="end_ns",
+                        right_on="next_ns", by=["rank", "track_id"], strategy="forward",
+                        check_sortedness=False))
+    paint_end = host["end_ns"].to_numpy().copy()
+    rows_i = syncs["_row"].to_numpy()
+    paint_end[rows_i] = np.maximum(paint_end[rows_i],
+                                   syncs["next_ns"].fill_null(0).to_numpy())
+    host = host.drop("_row", "correlation", "category").with_columns(
+        paint_end=pl.Series(paint_end))
+    return host, calls
+
+
+@pytest.mark.parametrize("name", ["healthy", "dataload", "imbalance", "sync"])
+def test_host_equals_former_join(stores: dict[str, traceatlas.Trace], name: str,
+                                 traces_dir: Path, tmp_path: Path) -> None:
+    """``_host`` (pageable launches marked through the launch rows only) equals the former
+    left join of every host row, on traces without pageable copies and with (``sync``:
+    20 pageable copies per rank in the files)."""
+    import polars as pl
+
+    from traceatlas.analysis import idle, idle_causes
+
+    trace = (stores[name] if name in stores else
+             traceatlas.open(traceatlas.ingest([traces_dir / PLANTED / name], tmp_path / name)))
+    device = idle._device_work(trace).collect()
+    ranks = trace.ranks
+    host, calls = idle_causes._host(trace, ranks, device)
+    old_host, old_calls = _host_old(trace, ranks, device)
+    assert host.equals(old_host) and calls.equals(old_calls)
+    pageable = device.filter(pl.col("name").str.contains("Pageable")).height
+    if name == "sync":  # 20 pageable copies per rank in the files (2 ranks): their 40
+        # cudaMemcpyAsync calls become syncs on top of the calls classified by name
+        from traceatlas.analysis.requirements import DEVICE_WORK
+
+        rows = (trace.intervals.select("name", "category")
+                .filter(~pl.col("category").is_in((*DEVICE_WORK, "gpu_annotation")))
+                .collect())
+        by_name = int((idle_causes.classify(rows) == 2).sum())
+        assert pageable == 40 and int((host["k"] == 2).sum()) - by_name == 40

@@ -124,14 +124,15 @@ def _host(trace: Trace, ranks: list[int], device: pl.DataFrame
                               & pl.col("correlation").is_not_null())
                 .select(pl.col("rank").cast(rows["rank"].dtype),
                         pl.col("correlation").cast(rows["correlation"].dtype))
-                .unique().with_columns(_pageable=pl.lit(True)))
+                .unique())
     launch = pl.col("category").is_in(LAUNCH_CATEGORIES) & pl.col("correlation").is_not_null()
-    host = (rows.with_columns(k=pl.Series(k, dtype=pl.Int8))
-            .join(pageable, on=["rank", "correlation"], how="left", maintain_order="left")
-            .with_columns(k=pl.when(launch & pl.col("_pageable").fill_null(False))
-                          .then(pl.lit(2, pl.Int8)).otherwise(pl.col("k")))
-            .drop("_pageable")
-            .filter(pl.col("k") >= 0))
+    if pageable.height:  # launch calls of a pageable copy are syncs (only those rows join)
+        k = k.copy()
+        k[(rows.select("rank", "correlation", "category").with_row_index("_i").filter(launch)
+           .join(pageable, on=["rank", "correlation"], how="semi")["_i"].to_numpy())] = 2
+    host = rows.with_columns(k=pl.Series(k, dtype=pl.Int8))
+    if (k < 0).any():
+        host = host.filter(pl.col("k") >= 0)
     calls = (host.filter(launch)
              .select("rank", "track_id", "correlation", pl.col("start_ns").alias("next_ns"))
              .sort("next_ns"))
