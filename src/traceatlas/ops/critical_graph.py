@@ -236,9 +236,7 @@ def region_events(trace_intervals: pl.LazyFrame, r0: int | None, r1: int | None
         pl.col("category").cast(pl.String), "depth", "correlation", "stream",
         pl.col("process_group").cast(pl.String),
         pl.col("collective").cast(pl.String),
-        pl.col("source_category").cast(pl.String),
-        pl.when(pl.col("category").cast(pl.String) == "sync").then(pl.col("args"))
-        .alias("args"))
+        pl.col("source_category").cast(pl.String), "args")
     # Kineto's own profiler span (cat "Trace") is not work.
     frame = frame.filter(pl.col("source_category").fill_null("") != "Trace").drop(
         "source_category")
@@ -246,7 +244,7 @@ def region_events(trace_intervals: pl.LazyFrame, r0: int | None, r1: int | None
         frame = frame.filter(pl.col("end_ns") >= r0)
     if r1 is not None:
         frame = frame.filter(pl.col("start_ns") <= r1)
-    df = frame.collect()
+    df = _with_sync_args(frame)
     if df.height == 0:
         return df.with_row_index("eid").with_columns(pl.col("eid").cast(pl.Int64)), 0, 0
     lo = int(df["start_ns"].min()) if r0 is None else r0  # type: ignore[arg-type]
@@ -256,6 +254,28 @@ def region_events(trace_intervals: pl.LazyFrame, r0: int | None, r1: int | None
           .with_columns(pl.col("start_ns").clip(lo, hi), pl.col("end_ns").clip(lo, hi))
           .with_row_index("eid").with_columns(pl.col("eid").cast(pl.Int64)))
     return df, lo, hi
+
+
+def _with_sync_args(frame: pl.LazyFrame) -> pl.DataFrame:
+    """``frame`` collected with ``args`` kept on ``sync`` rows only (null elsewhere).
+
+    The args of every interval (JSON text, GBs for a 1 GB rank) are not read into
+    memory: the frame is collected without them and the sync rows' args by a second
+    scan with the same filters (scans keep row order); when the two do not line up
+    (rank, start) the frame is read whole as before."""
+    import polars as pl
+
+    is_sync = pl.col("category") == "sync"
+    df = frame.with_columns(pl.when(is_sync).then(pl.lit("x")).alias("args")).collect()
+    sync = frame.filter(is_sync).select("rank", "start_ns", "args").collect()
+    mask = (df["category"] == "sync").fill_null(value=False)
+    pos = mask.arg_true()
+    if pos.len() == sync.height and df["rank"].gather(pos).equals(sync["rank"]) and df[
+            "start_ns"].gather(pos).equals(sync["start_ns"]):
+        args = pl.repeat(None, df.height, dtype=pl.String, eager=True).alias(
+            "args").scatter(pos, sync["args"])
+        return df.with_columns(args)
+    return frame.with_columns(pl.when(is_sync).then(pl.col("args")).alias("args")).collect()
 
 
 def host_chains(b: Builder, extra: pl.DataFrame) -> None:
