@@ -266,10 +266,12 @@ def _with_sync_args(frame: pl.LazyFrame) -> pl.DataFrame:
     import polars as pl
 
     is_sync = pl.col("category") == "sync"
-    df = frame.with_columns(pl.when(is_sync).then(pl.lit("x")).alias("args")).collect()
-    sync = frame.filter(is_sync).select("rank", "start_ns", "args").collect()
+    df = frame.with_columns(pl.lit(None, pl.String).alias("args")).collect()
     mask = (df["category"] == "sync").fill_null(value=False)
     pos = mask.arg_true()
+    if pos.len() == 0:  # no sync record: every args is null, no second scan
+        return df
+    sync = frame.filter(is_sync).select("rank", "start_ns", "args").collect()
     if pos.len() == sync.height and df["rank"].gather(pos).equals(sync["rank"]) and df[
             "start_ns"].gather(pos).equals(sync["start_ns"]):
         args = pl.repeat(None, df.height, dtype=pl.String, eager=True).alias(
