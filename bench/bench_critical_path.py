@@ -17,8 +17,12 @@ The 8-rank set: each DLRM worker (param-et_replay/dlrm_kineto.tar.gz) scaled wit
 /work/shared/tools/scale_trace.py to the same period (``--gap-us`` = period - span) and
 its header's rank restored::
 
-    .venv/bin/python bench/bench_critical_path.py --multi /work/hc4/dlrm_1g.tastore \\
-        --multi-step 12
+    .venv/bin/python bench/bench_critical_path.py --multi /work/data/crit/g1.tastore \\
+        --multi-step 600 --keep-previous cross_rank_before_lean
+
+(1150 copies per worker, ``--gap-us`` = 23387 - the worker's span in us, then the
+header's ``"rank": 0, "world_size": 1`` set back to the worker's rank and 8;
+``peak_rss_gb``: the process's peak over whole + step.)
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--hta-python", default="")
     ap.add_argument("--json-out", default=str(BENCH / "results_critical_path.json"))
+    ap.add_argument("--keep-previous", default="",
+                    help="--multi: key under which the earlier cross_rank entry is kept")
     a = ap.parse_args()
     import traceatlas
     from traceatlas import analysis
@@ -121,8 +127,13 @@ def _cross_rank(a: argparse.Namespace) -> None:
         out[f"{key}_by_rank"] = res.extra["by_rank"].to_dicts()
         out[f"{key}_dependencies"] = dict(res.extra["dependencies"].iter_rows())
     out["loadavg_after"] = os.getloadavg()
+    import resource
+
+    out["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     path = Path(a.json_out)
     doc = json.loads(path.read_text()) if path.is_file() else {}
+    if "cross_rank" in doc and a.keep_previous:
+        doc[a.keep_previous] = doc["cross_rank"]
     doc["cross_rank"] = out
     path.write_text(json.dumps(doc, indent=1))
     print(json.dumps(out, indent=1))
