@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
+IMBALANCE = TRACES / "h100-planted" / "imbalance"
+CLI = str(Path(sys.executable).parent / "traceatlas")
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -45,3 +51,22 @@ def browser(chromium_path: Path) -> Iterator[Any]:
         instance = pw.chromium.launch(executable_path=str(chromium_path), args=CHROMIUM_ARGS)
         yield instance
         instance.close()
+
+
+@pytest.fixture(scope="session")
+def imbalance_store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """h100-planted/imbalance (4 ranks, real H100 Kineto traces) ingested once for the
+    viewer tests: ``store`` and the ``env`` (own cache folder, no colour) to serve it
+    with. Skipped (FAIL in CI) when the real traces are missing."""
+    if not (TRACES / "SOURCES.md").is_file():
+        message = f"real traces not found at {TRACES.resolve()}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{message} (CI=true: the real-trace suite must run in CI)")
+        pytest.skip(message)
+    root = tmp_path_factory.mktemp("view")
+    env = dict(os.environ, TRACEATLAS_CACHE_DIR=str(root / "cache"), NO_COLOR="1")
+    store = root / "imbalance.store"
+    res = subprocess.run([CLI, "ingest", str(IMBALANCE), "-o", str(store)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return {"store": store, "env": env}

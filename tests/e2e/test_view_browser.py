@@ -75,18 +75,9 @@ def _viewer(store: Path, env: dict[str, str], *extra: str) -> Iterator[dict[str,
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """h100-planted/imbalance ingested once, served by `traceatlas view`."""
-    if not (TRACES / "SOURCES.md").is_file():
-        message = f"real traces not found at {TRACES.resolve()}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{message} (CI=true: the real-trace suite must run in CI)")
-        pytest.skip(message)
-    root = tmp_path_factory.mktemp("view")
-    env = dict(os.environ, TRACEATLAS_CACHE_DIR=str(root / "cache"), NO_COLOR="1")
-    store = root / "imbalance.store"
-    _cli("ingest", str(IMBALANCE), "-o", str(store), env=env)
-    with _viewer(store, env) as srv:
+def server(imbalance_store: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """h100-planted/imbalance (conftest ``imbalance_store``) served by `traceatlas view`."""
+    with _viewer(imbalance_store["store"], imbalance_store["env"]) as srv:
         yield srv
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_view_browser import IMBALANCE, TRACES, Page, _cli, _viewer
+from test_view_browser import Page, _cli, _viewer
 
 SHOTS = Path(os.environ.get("TRACEATLAS_VIEW_SHOTS") or "/tmp/shots_view_cp")
 BOUND_RGB = {"cpu": (0x1f, 0x77, 0xb4), "gpu_compute": (0x2c, 0xa0, 0x2c),
@@ -32,17 +32,10 @@ BOUND_RGB = {"cpu": (0x1f, 0x77, 0xb4), "gpu_compute": (0x2c, 0xa0, 0x2c),
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    if not (TRACES / "SOURCES.md").is_file():
-        message = f"real traces not found at {TRACES.resolve()}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{message} (CI=true: the real-trace suite must run in CI)")
-        pytest.skip(message)
-    root = tmp_path_factory.mktemp("viewcp")
-    env = dict(os.environ, TRACEATLAS_CACHE_DIR=str(root / "cache"), NO_COLOR="1")
-    store = root / "imbalance.store"
-    _cli("ingest", str(IMBALANCE), "-o", str(store), env=env)
-    with _viewer(store, env, "--critical-path", "--step", "3") as srv:
+def served(imbalance_store: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The same store (conftest ``imbalance_store``) served with the step-3 path."""
+    with _viewer(imbalance_store["store"], imbalance_store["env"], "--critical-path",
+                 "--step", "3") as srv:
         yield srv
 
 
