@@ -133,7 +133,7 @@ def test_partitioned_equals_whole_local_2_processes(
                          "overlap", "annotations", "patterns", "steps", "profile",
                          "load_imbalance", "collectives", "time_profile", "phases"},
                 "healthy": {"breakdown", "kernels", "idle", "profile", "load_imbalance",
-                            "collectives", "time_profile", "phases", "roofline"},
+                            "time_profile", "phases", "roofline"},
                 "lulesh": {"profile", "counters", "load_imbalance", "comm_matrix",
                            "comm_by_rank", "message_histogram", "comm_over_time",
                            "mpi_wait"}}[key]
@@ -153,8 +153,13 @@ def test_partitioned_equals_whole_dask_local_cluster(
         assert engine.workers(8) == 2
         checked = []
         for name, typed in _cases(trace):
-            got = registry.run(name, trace, typed, engine=engine)
-            _same(got, registry.get_analysis(name).run(trace, typed), name)
+            try:
+                want = registry.get_analysis(name).run(trace, typed)
+            except registry.MissingDataError:  # memory, roofline: not in this trace
+                with pytest.raises(registry.MissingDataError):
+                    registry.run(name, trace, typed, engine=engine)
+                continue
+            _same(registry.run(name, trace, typed, engine=engine), want, name)
             checked.append(name)
         assert {"breakdown", "kernels", "idle", "profile", "collectives", "time_profile",
                 "phases"} <= set(checked)
