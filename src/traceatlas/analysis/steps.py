@@ -183,59 +183,78 @@ def _windows(trace: Trace, markers: pl.LazyFrame) -> pl.LazyFrame:
 def _breakdown(trace: Trace, windows: pl.LazyFrame) -> pl.LazyFrame:
     """Windows with dur_ns and the exclusive part of each category, plus other_ns.
 
-    One sweep per rank instead of one union per category: every interval contributes +1
-    at its start and -1 at its end to the count of its highest-priority category (window
-    bounds add empty events so no piece straddles a window); between two consecutive
-    event times the time goes to the first category whose count is positive.
+    One sweep per rank instead of one union per category (``_sweep``): the intervals are
+    read once (rank, start_ns, end_ns and their highest-priority category), the sweep runs
+    on NumPy arrays.
     """
     import polars as pl
 
-    windows = windows.collect().lazy()
-    ranks = windows.select("rank").unique()
+    win = windows.collect()
     flags = list(_part_filters())
     # Highest-priority part of each row (a DataLoader cpu_op is dataloader, not cpu_exec).
     part = pl.coalesce(*(pl.when(f).then(pl.lit(k, pl.Int8)) for k, f in enumerate(flags)))
-    rows = (trace.intervals.join(ranks, on="rank", how="semi")
+    rows = (trace.intervals.join(win.lazy().select("rank").unique(), on="rank", how="semi")
             .select("rank", "start_ns", "end_ns", part.alias("k"))
-            .filter(pl.col("k").is_not_null() & (pl.col("end_ns") > pl.col("start_ns"))))
-    deltas = [pl.when(pl.col("k") == k).then(pl.col("d")).otherwise(0).alias(f"_d{k}")
-              for k in range(len(PARTS))]
-    bounds = pl.concat([windows.select("rank", pl.col("start_ns").alias("ts")),
-                        windows.select("rank", pl.col("end_ns").alias("ts"))])
-    events = pl.concat([
-        rows.select("rank", pl.col("start_ns").alias("ts"), "k", pl.lit(1, pl.Int32).alias("d")),
-        rows.select("rank", pl.col("end_ns").alias("ts"), "k", pl.lit(-1, pl.Int32).alias("d")),
-        bounds.with_columns(pl.lit(None, pl.Int8).alias("k"), pl.lit(0, pl.Int32).alias("d")),
-    ], how="vertical_relaxed")
-    # Every +1 has its -1 on the same rank, so the counts are back to 0 after a rank's last
-    # event: running sums over the whole (rank, ts)-sorted frame need no partitioning,
-    # and the piece from a rank's last event to the next rank's first has no owner.
-    counts = [pl.col(f"_d{k}").cum_sum().alias(f"_c{k}") for k in range(len(PARTS))]
-    owner = pl.coalesce(*(pl.when(pl.col(f"_c{k}") > 0).then(pl.lit(k, pl.Int8))
-                          for k in range(len(PARTS))))
-    # Ties need no grouping: the pieces between equal times have zero length.
-    pieces = (
-        events.with_columns(deltas)
-        .sort("rank", "ts")
-        .with_columns(counts)
-        .with_columns(owner.alias("k"),
-                      (pl.col("ts").shift(-1) - pl.col("ts")).alias("len"))
-        .filter(pl.col("k").is_not_null() & pl.col("len").is_not_null())
-        .select("rank", "ts", "k", "len")
-    )
-    win = windows.select("rank", "step", pl.col("start_ns").alias("ws"),
-                         pl.col("end_ns").alias("we")).sort("ws")
-    inside = (pieces.sort("ts")
-              .join_asof(win, left_on="ts", right_on="ws", by="rank", strategy="backward",
-                         check_sortedness=False)
-              .filter(pl.col("ws").is_not_null() & (pl.col("ts") < pl.col("we")))
-              .group_by("rank", "step")
-              .agg(pl.col("len").filter(pl.col("k") == k).sum().alias(f"{name}_ns")
-                   for k, name in enumerate(PARTS)))
+            .filter(pl.col("k").is_not_null() & (pl.col("end_ns") > pl.col("start_ns")))
+            .collect())
+    parts = _sweep(rows, win)
     return (
-        windows.with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns"))
-        .join(inside, on=["rank", "step"], how="left")
+        win.lazy().with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns"))
+        .join(parts.lazy(), on=["rank", "step"], how="left")
         .with_columns(pl.col(f"{name}_ns").fill_null(0) for name in PARTS)
         .with_columns(other_ns=pl.col("dur_ns") - pl.sum_horizontal(
             f"{name}_ns" for name in PARTS))
     )
+
+
+def _sweep(rows: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Per window (rank, step), the ns owned by each part: columns ``{part}_ns``.
+
+    ``rows``: rank, start_ns, end_ns, k (index into ``PARTS``, end > start). ``windows``:
+    rank, step, start_ns, end_ns, non-overlapping per rank. Per rank, every row adds +1 at
+    its start and -1 at its end to the count of its part; window bounds are extra event
+    times so no piece straddles a window; between two consecutive event times the time
+    goes to the first part whose count is positive. Ties need no care: the pieces between
+    equal times have zero length. A piece belongs to the window whose [start, end) holds
+    its start time.
+    """
+    import numpy as np
+    import polars as pl
+
+    n_parts = len(PARTS)
+    by_rank = rows.partition_by("rank", as_dict=True)
+    frames = []
+    for (rank,), win in windows.partition_by("rank", as_dict=True).items():
+        ws = win["start_ns"].to_numpy().astype(np.int64)
+        we = win["end_ns"].to_numpy().astype(np.int64)
+        sums = np.zeros((n_parts, len(ws)), dtype=np.int64)
+        got = by_rank.get((rank,))
+        if got is not None and got.height:
+            start = got["start_ns"].to_numpy().astype(np.int64)
+            end = got["end_ns"].to_numpy().astype(np.int64)
+            kind = got["k"].to_numpy().astype(np.int8)
+            ts = np.concatenate([start, end, ws, we])
+            ks = np.concatenate([kind, kind, np.full(2 * len(ws), -1, np.int8)])
+            ds = np.concatenate([np.ones(len(start), np.int32), np.full(len(end), -1, np.int32),
+                                 np.zeros(2 * len(ws), np.int32)])
+            order = np.argsort(ts, kind="stable")
+            ts, ks, ds = ts[order], ks[order], ds[order]
+            owner = np.full(len(ts), -1, np.int8)
+            for k in range(n_parts - 1, -1, -1):
+                count = np.cumsum(np.where(ks == k, ds, 0))
+                owner[count > 0] = k
+            length = np.diff(ts)        # piece i: [ts[i], ts[i + 1])
+            owner = owner[:-1]
+            # Pieces in window j: those starting in [ws[j], we[j]) (ts is sorted).
+            lo = np.searchsorted(ts[:-1], ws, side="left")
+            hi = np.searchsorted(ts[:-1], we, side="left")
+            for k in range(n_parts):
+                acc = np.concatenate([[0], np.cumsum(np.where(owner == k, length, 0))])
+                sums[k] = acc[hi] - acc[lo]
+        frames.append(pl.DataFrame(
+            {"rank": win["rank"], "step": win["step"],
+             **{f"{name}_ns": pl.Series(sums[k], dtype=pl.Int64)
+                for k, name in enumerate(PARTS)}}))
+    return pl.concat(frames) if frames else pl.DataFrame(
+        schema={"rank": windows.schema["rank"], "step": windows.schema["step"],
+                **{f"{name}_ns": pl.Int64 for name in PARTS}})
