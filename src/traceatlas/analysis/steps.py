@@ -240,17 +240,22 @@ def _sweep(rows: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
             order = np.argsort(ts, kind="stable")
             ts, ks, ds = ts[order], ks[order], ds[order]
             owner = np.full(len(ts), -1, np.int8)
+            wide = len(ts) >= 2**31     # counts fit int32 otherwise (and it is faster)
             for k in range(n_parts - 1, -1, -1):
-                count = np.cumsum(np.where(ks == k, ds, 0))
+                step_d = np.where(ks == k, ds, 0)
+                count = np.cumsum(step_d.astype(np.int64)) if wide else np.cumsum(
+                    step_d, dtype=np.int32)
                 owner[count > 0] = k
             length = np.diff(ts)        # piece i: [ts[i], ts[i + 1])
             owner = owner[:-1]
             # Pieces in window j: those starting in [ws[j], we[j]) (ts is sorted).
             lo = np.searchsorted(ts[:-1], ws, side="left")
             hi = np.searchsorted(ts[:-1], we, side="left")
-            for k in range(n_parts):
-                acc = np.concatenate([[0], np.cumsum(np.where(owner == k, length, 0))])
-                sums[k] = acc[hi] - acc[lo]
+            window = np.full(len(length), -1, np.int64)
+            for j in range(len(ws)):
+                window[lo[j]:hi[j]] = j
+            keep = (owner >= 0) & (window >= 0)
+            np.add.at(sums, (owner[keep], window[keep]), length[keep])
         frames.append(pl.DataFrame(
             {"rank": win["rank"], "step": win["step"],
              **{f"{name}_ns": pl.Series(sums[k], dtype=pl.Int64)
