@@ -119,7 +119,10 @@ class Launch:
             )
             .sort("rank", "correlation", "gpu_start_ns")
         )
-        frame, graphs = pl.collect_all([table.select(COLUMNS), graph_launches(table)])
+        # Collected once: collect_all ran the join twice (once per output).
+        joined = table.collect()
+        frame = joined.select(COLUMNS)
+        graphs = graph_launches(joined.lazy()).collect()
         summary = _summary(frame.lazy(), params).collect()
         notes = ["launch_delay_ns = device start - launch call end, clipped at 0 (HTA)"]
         if graphs.height:
