@@ -284,14 +284,59 @@ def host_chains(b: Builder, extra: pl.DataFrame) -> None:
     """Chain nodes and edges of every host thread; ``extra`` points (rank, track_id, t_ns,
     key) are inserted (message ends); their node ids are written to ``extra_node``.
 
-    Memory: only the host columns the chain needs are taken from the events (no copy of
-    the names), and each point-sized temporary is released as soon as it is used (a
-    1 GB rank has tens of millions of points; every int64 array of them is hundreds of
-    MB)."""
+    Built one rank at a time, ranks ascending (rank is the leading key of the chain
+    order, so node ids, edges and ``b.host`` are those of one sort over all ranks): only
+    one rank's points are held at once (a 1 GB rank has tens of millions of points;
+    every int64 array of them is hundreds of MB)."""
+    import polars as pl
 
     ev = b.events
     host = ev.select("eid", "rank", "track_id", "depth", "start_ns", "end_ns").with_columns(
         dl=name_matches(ev["name"], DATA_LOAD_RE)).filter(~ev["category"].is_in(NOT_HOST))
+    # per-event lookups shared by every rank (event-sized, not point-sized)
+    ctx = _ChainCtx(
+        par_of=np.full(len(ev), -1, np.int64),
+        ends_open=ev["end_ns"].to_numpy(),
+        ev_mpi=(ev["category"] == "mpi").to_numpy(),
+        ev_sync=(ev["category"].is_in(("runtime", "driver"))
+                 & name_matches(ev["name"], SYNC_CALL_RE)).to_numpy())
+    xr = extra["rank"].to_numpy().astype(np.int64)
+    ranks = np.union1d(np.unique(host["rank"].to_numpy()), np.unique(xr)).astype(np.int64)
+    extra_node = np.full(extra.height, -1, np.int64)
+    parts: list[tuple[I64, I64, I64, I64]] = []
+    for r in ranks.tolist():
+        hr = host.filter(pl.col("rank") == r)
+        xi = np.flatnonzero(xr == r)
+        ids, r_s, tr_s, t_s, x_ids = _rank_chains(b, hr, extra[xi], ctx)
+        extra_node[xi] = x_ids
+        parts.append((ids, r_s, tr_s, t_s))
+        del hr
+    b.extra_node = extra_node  # type: ignore[attr-defined]
+    if parts:
+        b.host = (np.concatenate([q[0] for q in parts]), np.concatenate([q[1] for q in parts]),
+                  np.concatenate([q[2] for q in parts]), np.concatenate([q[3] for q in parts]))
+    else:
+        e = np.empty(0, np.int64)
+        b.host = (e, e.copy(), e.copy(), e.copy())
+
+
+@dataclass
+class _ChainCtx:
+    """Event-sized lookups (index = eid) shared by the ranks' chains: ``par_of`` the
+    enclosing host event (-1; filled rank by rank), ``ends_open`` end_ns, whether the
+    event is an MPI call / a synchronizing runtime call."""
+
+    par_of: I64
+    ends_open: I64
+    ev_mpi: npt.NDArray[np.bool_]
+    ev_sync: npt.NDArray[np.bool_]
+
+
+def _rank_chains(b: Builder, host: pl.DataFrame, extra: pl.DataFrame, ctx: _ChainCtx
+                 ) -> tuple[I64, I64, I64, I64, I64]:
+    """Chain nodes and edges of the host threads of one rank (``host``: its host events,
+    ``extra``: its extra points); returns (node ids, rank, track_id, t_ns) in chain order
+    and the node ids of the extra points."""
     eid = host["eid"].to_numpy()
     start = host["start_ns"].to_numpy()
     end = host["end_ns"].to_numpy()
@@ -326,27 +371,23 @@ def host_chains(b: Builder, extra: pl.DataFrame) -> None:
     tr_sorted = p_track[order]
     del p_track
     ids = b.nodes(t_sorted, r_sorted, tr_sorted)
-    b.host = (ids, r_sorted, tr_sorted, t_sorted)
     pos = np.empty(len(order), np.int64)
     pos[order] = np.arange(len(order))
     b.start_node[eid] = ids[pos[:m]]
     b.end_node[eid] = ids[pos[m:2 * m]]
-    b.extra_node = ids[pos[2 * m:]]  # type: ignore[attr-defined]
+    x_ids = ids[pos[2 * m:]]
     del pos
     # Owner of the segment after each point: the event started there, or after an end
     # the enclosing event (same track, depth - 1, latest start, still open).
-    parent = _parents(host, eid)
-    par_of = np.full(len(ev), -1, np.int64)
-    par_of[eid] = parent
-    del parent
+    par_of = ctx.par_of
+    par_of[eid] = _parents(host, eid)
     s_eid = np.concatenate([eid, eid, np.full(nx, -1, np.int64)])[order]
     s_cls = p_cls[order]
     del p_cls
     owner = np.where(s_cls == 2, s_eid,
                      np.where(s_cls % 2 == 1, par_of[np.maximum(s_eid, 0)], -2))
-    del s_eid, par_of
-    ends_open = ev["end_ns"].to_numpy()
-    closed = (owner >= 0) & (ends_open[np.maximum(owner, 0)] <= t_sorted) & (s_cls != 0)
+    del s_eid
+    closed = (owner >= 0) & (ctx.ends_open[np.maximum(owner, 0)] <= t_sorted) & (s_cls != 0)
     del s_cls
     owner[closed] = -1
     del closed
@@ -361,20 +402,18 @@ def host_chains(b: Builder, extra: pl.DataFrame) -> None:
     del same
     src, dst = ids[i], ids[i + 1]
     gap = t_sorted[i + 1] - t_sorted[i]
-    ev_mpi = (ev["category"] == "mpi").to_numpy()
     own = owner[i]
     del owner
     own0 = np.maximum(own, 0)
-    own_mpi = (own >= 0) & ev_mpi[own0]
-    ev_sync = (ev["category"].is_in(("runtime", "driver"))
-               & name_matches(ev["name"], SYNC_CALL_RE)).to_numpy()
-    own_sync = (own >= 0) & ev_sync[own0]
+    own_mpi = (own >= 0) & ctx.ev_mpi[own0]
+    own_sync = (own >= 0) & ctx.ev_sync[own0]
     del own0
     bound = np.where(dl_cov[i], B["data_load"],
                      np.where(own_mpi, B["comm"],
                               np.where(own_sync, B["sync"], B["cpu"]))).astype(np.int64)
     del dl_cov, own_mpi, own_sync, i
     b.edges.add(src, dst, gap, "chain", bound, own)
+    return ids, r_sorted, tr_sorted, t_sorted, x_ids
 
 
 def _order(k1: I64, k2: I64, k3: I64) -> I64:
