@@ -303,21 +303,21 @@ def host_chains(b: Builder, extra: pl.DataFrame) -> None:
     xr = extra["rank"].to_numpy().astype(np.int64)
     ranks = np.union1d(np.unique(host["rank"].to_numpy()), np.unique(xr)).astype(np.int64)
     extra_node = np.full(extra.height, -1, np.int64)
-    parts: list[tuple[I64, I64, I64, I64]] = []
+    # the chain arrays of all ranks, filled rank by rank; each rank's slice is also the
+    # node block given to ``b.nodes`` (views: the points are not held twice)
+    n_pts = 2 * host.height + extra.height
+    out = tuple(np.empty(n_pts, np.int64) for _ in range(4))
+    at = 0
     for r in ranks.tolist():
         hr = host.filter(pl.col("rank") == r)
         xi = np.flatnonzero(xr == r)
-        ids, r_s, tr_s, t_s, x_ids = _rank_chains(b, hr, extra[xi], ctx)
-        extra_node[xi] = x_ids
-        parts.append((ids, r_s, tr_s, t_s))
+        n = 2 * hr.height + len(xi)
+        views = (out[0][at:at + n], out[1][at:at + n], out[2][at:at + n], out[3][at:at + n])
+        extra_node[xi] = _rank_chains(b, hr, extra[xi], ctx, views)
+        at += n
         del hr
     b.extra_node = extra_node  # type: ignore[attr-defined]
-    if parts:
-        b.host = (np.concatenate([q[0] for q in parts]), np.concatenate([q[1] for q in parts]),
-                  np.concatenate([q[2] for q in parts]), np.concatenate([q[3] for q in parts]))
-    else:
-        e = np.empty(0, np.int64)
-        b.host = (e, e.copy(), e.copy(), e.copy())
+    b.host = (out[0][:at], out[1][:at], out[2][:at], out[3][:at])
 
 
 @dataclass
@@ -332,11 +332,11 @@ class _ChainCtx:
     ev_sync: npt.NDArray[np.bool_]
 
 
-def _rank_chains(b: Builder, host: pl.DataFrame, extra: pl.DataFrame, ctx: _ChainCtx
-                 ) -> tuple[I64, I64, I64, I64, I64]:
+def _rank_chains(b: Builder, host: pl.DataFrame, extra: pl.DataFrame, ctx: _ChainCtx,
+                 out: tuple[I64, I64, I64, I64]) -> I64:
     """Chain nodes and edges of the host threads of one rank (``host``: its host events,
-    ``extra``: its extra points); returns (node ids, rank, track_id, t_ns) in chain order
-    and the node ids of the extra points."""
+    ``extra``: its extra points); (node ids, rank, track_id, t_ns) in chain order are
+    written to ``out``; returns the node ids of the extra points."""
     eid = host["eid"].to_numpy()
     start = host["start_ns"].to_numpy()
     end = host["end_ns"].to_numpy()
@@ -364,13 +364,14 @@ def _rank_chains(b: Builder, host: pl.DataFrame, extra: pl.DataFrame, ctx: _Chai
     key1 = _pack(p_rank, p_track)
     order = _order(key1, p_t, key3)
     del key1, key3
-    t_sorted = p_t[order]
+    ids, r_sorted, tr_sorted, t_sorted = out
+    np.take(p_t, order, out=t_sorted)
     del p_t
-    r_sorted = p_rank[order]
+    np.take(p_rank, order, out=r_sorted)
     del p_rank
-    tr_sorted = p_track[order]
+    np.take(p_track, order, out=tr_sorted)
     del p_track
-    ids = b.nodes(t_sorted, r_sorted, tr_sorted)
+    ids[:] = b.nodes(t_sorted, r_sorted, tr_sorted)
     pos = np.empty(len(order), np.int64)
     pos[order] = np.arange(len(order))
     b.start_node[eid] = ids[pos[:m]]
@@ -413,7 +414,7 @@ def _rank_chains(b: Builder, host: pl.DataFrame, extra: pl.DataFrame, ctx: _Chai
                               np.where(own_sync, B["sync"], B["cpu"]))).astype(np.int64)
     del dl_cov, own_mpi, own_sync, i
     b.edges.add(src, dst, gap, "chain", bound, own)
-    return ids, r_sorted, tr_sorted, t_sorted, x_ids
+    return x_ids
 
 
 def _order(k1: I64, k2: I64, k3: I64) -> I64:
@@ -511,8 +512,11 @@ def launches(b: Builder, dev: pl.DataFrame) -> pl.DataFrame:
     ``dev`` with ``launch_ns`` (the call's start, null when none)."""
     import polars as pl
 
-    calls = (b.events.filter(pl.col("category").is_in(("runtime", "driver"))
-                             & pl.col("correlation").is_not_null())
+    ev = b.events
+    # only the four columns used are taken (not every column of every call)
+    calls = (ev.select("rank", "correlation", "eid", "start_ns")
+             .filter(ev["category"].is_in(("runtime", "driver"))
+                     & ev["correlation"].is_not_null())
              .sort("rank", "correlation", "start_ns")
              .group_by("rank", "correlation", maintain_order=True).first()
              .select("rank", "correlation", pl.col("eid").alias("call"),
