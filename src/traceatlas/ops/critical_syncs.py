@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from traceatlas.ops.critical_graph import SYNC_CALL_RE, SYNC_COPY_RE, Builder
+from traceatlas.ops.critical_graph import SYNC_CALL_RE, SYNC_COPY_RE, Builder, name_matches
 
 if TYPE_CHECKING:
     import polars as pl
@@ -51,8 +51,14 @@ def sync_edges(b: Builder, dev: pl.DataFrame) -> dict[str, int]:
         .cast(pl.Int64, strict=False).alias("rec_corr"),
         pl.col("start_ns").alias("sync_ns"))
         .unique(["rank", "correlation"], keep="first"))
-    calls = ev.filter(pl.col("category").is_in(("runtime", "driver"))).with_columns(
-        pl.col("name").cast(pl.String))
+    # only the calls any of the name tests below can match, and only the columns used:
+    # the names are matched once per distinct name (Categorical) before the String cast
+    tests = (r"(?i)eventrecord", SYNC_CALL_RE, SYNC_COPY_RE, r"(?i)streamwaitevent")
+    wanted = name_matches(ev["name"], "(?i)" + "|".join(
+        f"(?:{t.removeprefix('(?i)')})" for t in tests))
+    calls = ev.select("eid", "rank", "name", "start_ns", "end_ns", "correlation").filter(
+        ev["category"].is_in(("runtime", "driver")) & wanted.fill_null(value=False)
+    ).with_columns(pl.col("name").cast(pl.String))
     records = (calls.filter(pl.col("name").str.contains(r"(?i)eventrecord"))
                .select("rank", pl.col("correlation").alias("rec_corr"),
                        pl.col("start_ns").alias("rec_ns"))
