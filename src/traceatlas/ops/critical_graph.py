@@ -476,7 +476,11 @@ def device_streams(b: Builder) -> pl.DataFrame:
     the device frame (eid, rank, track_id, stream, start, end, correlation, ks, ke)."""
     import polars as pl
 
-    dev = (b.events.filter(pl.col("category").is_in(DEVICE))
+    ev = b.events
+    # the columns used downstream (launches, sync_edges, nccl_collectives) only
+    dev = (ev.select("eid", "rank", "track_id", "start_ns", "end_ns", "name", "category",
+                     "correlation", "stream", "process_group")
+           .filter(ev["category"].is_in(DEVICE))
            .sort("rank", "track_id", "start_ns", "end_ns"))
     n = dev.height
     eid = dev["eid"].to_numpy()
