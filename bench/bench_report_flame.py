@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import re
 import sys
 import tempfile
 import time
@@ -29,15 +28,9 @@ from bench_report import load, timed  # noqa: E402
 def digest(section: Any) -> str:
     """sha256 of the section's HTML with node ids renamed by first appearance."""
     from traceatlas.report import flame
+    from traceatlas.testing.flame import canonical_html
 
-    seen: dict[str, str] = {}
-
-    def rename(m: re.Match[str]) -> str:
-        if m.group(2) == "-1":
-            return m.group(0)
-        return f'{m.group(1)}="{seen.setdefault(m.group(2), str(len(seen)))}"'
-
-    text = re.sub(r'(data-node|data-parent)="(-?\d+)"', rename, flame.html(section, ""))
+    text = canonical_html(flame.html(section, ""))
     return hashlib.sha256(f"{section.rank}|{section.why}|{text}".encode()).hexdigest()
 
 

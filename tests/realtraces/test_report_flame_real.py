@@ -5,7 +5,6 @@ HTML up to node numbering)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import polars as pl
@@ -14,37 +13,13 @@ import pytest
 import traceatlas
 from traceatlas.report import flame
 from traceatlas.report.results import Results
+from traceatlas.testing.flame import canonical_html, canonical_section
 
 pytestmark = [pytest.mark.realtrace,
               pytest.mark.filterwarnings("ignore::traceatlas.errors.DataQualityWarning")]
 
 DLRM = "param-et_replay/dlrm_kineto.tar.gz"
 DEVICE = ("kernel", "comm_kernel", "memcpy", "memset")
-
-
-def _canonical(section: flame.FlameSection) -> tuple[object, ...]:
-    """The section with node ids replaced by box positions (as in the unit test: a
-    one-rank tree numbers its nodes differently from the tree of every rank)."""
-    graphs = []
-    for g in section.graphs:
-        pos = {b.node_id: i for i, b in enumerate(g.boxes) if b.node_id >= 0}
-        graphs.append((g.metric, g.root_ns, g.folded, g.cut_depth, [
-            (b.node_id >= 0, None if b.parent_id is None else pos[b.parent_id], b.depth,
-             b.name, b.category, b.value_ns, b.x, b.w, b.folded, b.chain)
-            for b in g.boxes]))
-    return section.rank, section.why, graphs
-
-
-def canonical_html(text: str) -> str:
-    """``data-node`` / ``data-parent`` ids renamed by first appearance (other boxes: -1)."""
-    seen: dict[str, str] = {}
-
-    def rename(m: re.Match[str]) -> str:
-        if m.group(2) == "-1":
-            return m.group(0)
-        return f'{m.group(1)}="{seen.setdefault(m.group(2), str(len(seen)))}"'
-
-    return re.sub(r'(data-node|data-parent)="(-?\d+)"', rename, text)
 
 
 @pytest.fixture(scope="module")
@@ -70,5 +45,5 @@ def test_dlrm_flame_rank_and_section(dlrm: traceatlas.Trace) -> None:
     new = flame.build(Results(dlrm))
     old = flame.build_whole(whole)
     assert new.rank == old.rank == best
-    assert _canonical(new) == _canonical(old)
+    assert canonical_section(new) == canonical_section(old)
     assert canonical_html(flame.html(new, "")) == canonical_html(flame.html(old, ""))

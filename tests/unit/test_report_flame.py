@@ -18,6 +18,7 @@ import traceatlas
 from traceatlas.report import flame
 from traceatlas.report.results import Results
 from traceatlas.testing.builder import TraceBuilder, write_multi_rank
+from traceatlas.testing.flame import canonical_html, canonical_section
 
 WIDTH = 1100
 
@@ -207,39 +208,12 @@ def _tree_choice(trace: traceatlas.Trace) -> tuple[int, int, int] | None:
     return (int(best["rank"]) if ns > 0 else int(roots["rank"][0])), roots.height, ns
 
 
-def _canonical(section: flame.FlameSection) -> tuple[object, ...]:
-    """The section with node ids replaced by box positions (a one-rank tree numbers its
-    nodes differently from the tree of every rank; everything else must be equal)."""
-    graphs = []
-    for g in section.graphs:
-        pos = {b.node_id: i for i, b in enumerate(g.boxes) if b.node_id >= 0}
-        graphs.append((g.metric, g.root_ns, g.folded, g.cut_depth, [
-            (b.node_id >= 0, None if b.parent_id is None else pos[b.parent_id], b.depth,
-             b.name, b.category, b.value_ns, b.x, b.w, b.folded, b.chain)
-            for b in g.boxes]))
-    return section.rank, section.why, graphs
-
-
-def canonical_html(text: str) -> str:
-    """``data-node`` / ``data-parent`` ids renamed by first appearance (other boxes: -1)."""
-    import re
-
-    seen: dict[str, str] = {}
-
-    def rename(m: re.Match[str]) -> str:
-        if m.group(2) == "-1":
-            return m.group(0)
-        return f'{m.group(1)}="{seen.setdefault(m.group(2), str(len(seen)))}"'
-
-    return re.sub(r'(data-node|data-parent)="(-?\d+)"', rename, text)
-
-
 def assert_same_as_whole(trace: traceatlas.Trace) -> flame.FlameSection:
     """``build`` (one-rank tree) against ``build_whole`` (every rank): same boxes, values,
     why text and HTML up to node numbering."""
     new = flame.build(Results(trace))
     old = flame.build_whole(Results(trace))
-    assert _canonical(new) == _canonical(old)
+    assert canonical_section(new) == canonical_section(old)
     assert canonical_html(flame.html(new, "")) == canonical_html(flame.html(old, ""))
     return new
 
