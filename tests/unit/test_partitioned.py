@@ -5,7 +5,9 @@ trace (expected = the same analysis run whole in one process: a second code path
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -80,31 +82,37 @@ def test_every_partitioned_analysis_on_256_ranks(mpi256: traceatlas.Trace) -> No
     in batches of 15 ranks (uneven: 256 = 17 x 15 + 1) inline."""
     assert len(mpi256.ranks) == 256
     checked = []
+    for name, params, analysis, typed in _partitioned_cases():
+        try:
+            registry.check_requirements(analysis, mpi256)
+        except registry.MissingDataError:
+            continue
+        try:
+            whole = analysis.run(mpi256, typed)
+        except registry.MissingDataError:
+            with pytest.raises(registry.MissingDataError):
+                run_partitioned(analysis, mpi256, typed, LocalEngine(1), ranks_per_task=15)
+            continue
+        parts = run_partitioned(analysis, mpi256, typed, LocalEngine(1), ranks_per_task=15)
+        assert_frame_equal(_sorted(parts.table), _sorted(whole.table), rel_tol=1e-12)
+        assert parts.table.height == whole.table.height
+        assert sorted(parts.extra) == sorted(whole.extra)
+        assert parts.notes == whole.notes
+        checked.append((name, params))
+    assert ("profile", {"by": "rank"}) in checked
+    assert {"profile", "load_imbalance", "comm_matrix", "comm_by_rank",
+            "message_histogram", "comm_over_time", "mpi_wait"} <= {n for n, _ in checked}
+
+
+def _partitioned_cases() -> Iterator[tuple[str, dict[str, str], Any, Any]]:
+    """(name, params, analysis, typed params) of every registered analysis and parameter
+    set of ``_param_sets`` that is declared partitioned."""
     for name in registry.ANALYSES:
         analysis = registry.get_analysis(name)
         for params in _param_sets(name):
             typed = registry.parse_params(analysis, params)
-            if not is_partitioned(analysis, typed):
-                continue
-            try:
-                registry.check_requirements(analysis, mpi256)
-            except registry.MissingDataError:
-                continue
-            try:
-                whole = analysis.run(mpi256, typed)
-            except registry.MissingDataError:
-                with pytest.raises(registry.MissingDataError):
-                    run_partitioned(analysis, mpi256, typed, LocalEngine(1), ranks_per_task=15)
-                continue
-            parts = run_partitioned(analysis, mpi256, typed, LocalEngine(1), ranks_per_task=15)
-            assert_frame_equal(_sorted(parts.table), _sorted(whole.table), rel_tol=1e-12)
-            assert parts.table.height == whole.table.height
-            assert sorted(parts.extra) == sorted(whole.extra)
-            assert parts.notes == whole.notes
-            checked.append((name, params))
-    assert ("profile", {"by": "rank"}) in checked
-    assert {"profile", "load_imbalance", "comm_matrix", "comm_by_rank",
-            "message_histogram", "comm_over_time", "mpi_wait"} <= {n for n, _ in checked}
+            if is_partitioned(analysis, typed):
+                yield name, params, analysis, typed
 
 
 def _param_sets(name: str) -> list[dict[str, str]]:
@@ -173,28 +181,23 @@ def test_every_partitioned_analysis_on_256_ranks_dask_2_workers(
     checked = []
     try:
         assert engine.workers(256) == 2
-        for name in registry.ANALYSES:
-            analysis = registry.get_analysis(name)
-            for params in _param_sets(name):
-                typed = registry.parse_params(analysis, params)
-                if not is_partitioned(analysis, typed):
-                    continue
-                try:
+        for name, _params, analysis, typed in _partitioned_cases():
+            try:
+                registry.check_requirements(analysis, mpi256)
+                local = run_partitioned(analysis, mpi256, typed, LocalEngine(1),
+                                        ranks_per_task=32)
+            except registry.MissingDataError:
+                with pytest.raises(registry.MissingDataError):
                     registry.check_requirements(analysis, mpi256)
-                    local = run_partitioned(analysis, mpi256, typed, LocalEngine(1),
-                                            ranks_per_task=32)
-                except registry.MissingDataError:
-                    with pytest.raises(registry.MissingDataError):
-                        registry.check_requirements(analysis, mpi256)
-                        run_partitioned(analysis, mpi256, typed, engine, ranks_per_task=32)
-                    continue
-                dask = run_partitioned(analysis, mpi256, typed, engine, ranks_per_task=32)
-                assert_frame_equal(dask.table, local.table)
-                assert sorted(dask.extra) == sorted(local.extra)
-                for key, frame in local.extra.items():
-                    assert_frame_equal(dask.extra[key], frame)
-                assert dask.notes == local.notes
-                checked.append(name)
+                    run_partitioned(analysis, mpi256, typed, engine, ranks_per_task=32)
+                continue
+            dask = run_partitioned(analysis, mpi256, typed, engine, ranks_per_task=32)
+            assert_frame_equal(dask.table, local.table)
+            assert sorted(dask.extra) == sorted(local.extra)
+            for key, frame in local.extra.items():
+                assert_frame_equal(dask.extra[key], frame)
+            assert dask.notes == local.notes
+            checked.append(name)
     finally:
         engine.close()
     assert {"profile", "load_imbalance", "comm_matrix", "comm_by_rank", "message_histogram",
