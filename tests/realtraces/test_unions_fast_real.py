@@ -19,6 +19,7 @@ import traceatlas
 from traceatlas import analysis
 from traceatlas.analysis import efficiency
 from traceatlas.ops import unions
+from traceatlas.testing.compare import useful_ns_polars
 
 pytestmark = pytest.mark.realtrace
 
@@ -29,19 +30,6 @@ TRACES = {
     "pingpong": "pipit/ping-pong-otf2/traces.otf2",
     "nsys": "nsys-ai/h100_2gpu_1s.sqlite",
 }
-
-
-def _useful_polars(events: pl.DataFrame) -> pl.DataFrame:
-    """Frozen copy of the former Polars sweep in ``efficiency._host``."""
-    level = (events.lazy().group_by("rank", "ts").agg(pl.col("d").sum(), pl.col("b").sum())
-             .sort("rank", "ts")
-             .with_columns(level=pl.col("d").cum_sum().over("rank"),
-                           blocked=pl.col("b").cum_sum().over("rank"),
-                           nxt=pl.col("ts").shift(-1).over("rank")))
-    return (level.filter((pl.col("level") > 0) & (pl.col("blocked") <= 0)
-                         & pl.col("nxt").is_not_null())
-            .group_by("rank").agg((pl.col("nxt") - pl.col("ts")).sum().alias("useful_ns"))
-            .collect())
 
 
 def _regions(trace: traceatlas.Trace) -> list[str]:
@@ -80,7 +68,7 @@ def test_efficiency_rows_identical_to_the_polars_code(
     new = [_run(trace, r, nccl) for r, nccl in cases]
     assert calls["numpy"] > 0
     monkeypatch.setattr(unions, "_segments", lambda df, keys: None)  # the Polars plans
-    monkeypatch.setattr(efficiency, "_useful_by_rank", _useful_polars)
+    monkeypatch.setattr(efficiency, "_useful_by_rank", useful_ns_polars)
     old = [_run(trace, r, nccl) for r, nccl in cases]
     for (region, nccl), a, b in zip(cases, new, old, strict=True):
         assert a["main"].height > 0, (region, nccl)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from traceatlas.analysis.efficiency import _useful_by_rank
 from traceatlas.ops import unions
 from traceatlas.ops.unions import union_ns, union_segments
-from traceatlas.testing.compare import plain_union_length
+from traceatlas.testing.compare import plain_union_length, useful_ns_polars
 
 I64_MAX = 2 ** 63 - 1
 I64_MIN = -(2 ** 63)
@@ -148,19 +148,6 @@ def test_fallbacks_nulls_strings_inverted() -> None:
 
 # -- the host sweep -------------------------------------------------------------------------
 
-def _useful_polars(events: pl.LazyFrame) -> pl.DataFrame:
-    """Frozen copy of the former Polars sweep in ``efficiency._host``."""
-    level = (events.group_by("rank", "ts").agg(pl.col("d").sum(), pl.col("b").sum())
-             .sort("rank", "ts")
-             .with_columns(level=pl.col("d").cum_sum().over("rank"),
-                           blocked=pl.col("b").cum_sum().over("rank"),
-                           nxt=pl.col("ts").shift(-1).over("rank")))
-    return (level.filter((pl.col("level") > 0) & (pl.col("blocked") <= 0)
-                         & pl.col("nxt").is_not_null())
-            .group_by("rank").agg((pl.col("nxt") - pl.col("ts")).sum().alias("useful_ns"))
-            .collect())
-
-
 def _events(covered: list[tuple[int, int, int]], runtime: list[tuple[int, int, int]],
             blocked: list[tuple[int, int, int]]) -> pl.DataFrame:
     """Sweep events from (rank, start, end) segments, as ``efficiency._host`` builds them."""
@@ -188,7 +175,7 @@ def test_sweep_equals_the_polars_sweep(covered: list[tuple[int, int, int]],
     events = _events(covered, runtime, blocked)
     got = _useful_by_rank(events)
     assert got.schema == pl.Schema({"rank": pl.Int32, "useful_ns": pl.Int64})
-    assert _useful_dict(got) == _useful_dict(_useful_polars(events.lazy()))
+    assert _useful_dict(got) == _useful_dict(useful_ns_polars(events.lazy()))
 
 
 def test_sweep_by_hand() -> None:

@@ -59,3 +59,21 @@ def crossing_slices(events: Iterable[Mapping[str, Any]]) -> list[str]:
                 bad.append(f"{key}: [{start}, {end}] crosses")
             stack.append(end)
     return bad
+
+
+def useful_ns_polars(events: Any) -> Any:
+    """Frozen copy of the former Polars sweep in ``efficiency._host`` (the oracle of its
+    numpy sweep): ``events`` (a Polars DataFrame or LazyFrame of rank, ts, d, b) ->
+    per-rank ``useful_ns``, the time with an open interval (``d`` running sum > 0) and
+    no blocking one (``b`` running sum <= 0)."""
+    import polars as pl
+
+    level = (events.lazy().group_by("rank", "ts").agg(pl.col("d").sum(), pl.col("b").sum())
+             .sort("rank", "ts")
+             .with_columns(level=pl.col("d").cum_sum().over("rank"),
+                           blocked=pl.col("b").cum_sum().over("rank"),
+                           nxt=pl.col("ts").shift(-1).over("rank")))
+    return (level.filter((pl.col("level") > 0) & (pl.col("blocked") <= 0)
+                         & pl.col("nxt").is_not_null())
+            .group_by("rank").agg((pl.col("nxt") - pl.col("ts")).sum().alias("useful_ns"))
+            .collect())
