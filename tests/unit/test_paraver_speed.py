@@ -108,12 +108,13 @@ def test_zero_led_cast_keeps_the_sliced_values() -> None:
 
 
 def test_malloc_retain_does_not_change_the_tables(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """glibc's reuse of freed memory during read() (``_malloc_retain``) is an allocator
+    """glibc's reuse of freed memory during read() (``allocator.malloc_retain``) is an allocator
     setting only: the tables equal those of a read with the setting left alone (the
     helper replaced by a no-op), and a read after it was set back equals the first."""
     import warnings
 
     import traceatlas.io.paraver as paraver
+    from traceatlas.io import allocator
     from traceatlas.io.sources import Source
     from traceatlas.testing.mpi import write_mpi_trace
 
@@ -128,7 +129,7 @@ def test_malloc_retain_does_not_change_the_tables(tmp_path, monkeypatch) -> None
 
     retained = tables()
     again = tables()
-    monkeypatch.setattr(paraver, "_malloc_retain", lambda on: False)
+    monkeypatch.setattr(allocator, "malloc_retain", lambda on: False)
     plain = tables()
     assert len(retained) == len(plain) == 4
     for a, b, c in zip(retained, again, plain, strict=True):

@@ -23,13 +23,9 @@ label file would lose the data a user can still look at.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
-import functools
 import json
-import os
 import re
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -40,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceatlas.errors import DataQualityWarning, UnsupportedFormatError
+from traceatlas.io import allocator
 from traceatlas.io.paraver_body import STATE_REVERSED, Body, Header, parse_header
 from traceatlas.io.paraver_fields import parse_body
 from traceatlas.io.paraver_pcf import Pcf, binary_problem, companion_path, parse_pcf, parse_row
@@ -70,19 +67,14 @@ class ParaverReader:
     def read(self, source: Source, *, threads: int = 1) -> list[RankData]:
         """Parse one Paraver trace into one ``RankData`` per task.
 
-        numpy's transparent-huge-page advice is off while the trace is read (restored
-        after): the reader allocates and frees many short-lived arrays of tens of MB, and
-        where the kernel compacts memory to fault in huge pages (THP ``defrag=madvise``)
-        that cost more system time than the rest of the parse (measured on a 178 MB
-        trace: 1.8-2.8 s of system time with the advice, 1.1 s without)."""
+        Read under ``allocator.reusing_memory()``: the reader allocates and frees many
+        short-lived arrays of tens to hundreds of MB (measured costs there)."""
         if source.member is not None:
             raise UnsupportedFormatError(
                 source.display, "Paraver traces inside an archive are not supported; "
                 "extract the .prv with its .pcf and .row and ingest the .prv"
             )
-        previous = _huge_pages(False)
-        retained = _malloc_retain(True)
-        try:  # one frame: the warnings' stack levels count from read()
+        with allocator.reusing_memory():  # no frame: warnings count levels from read()
             data = source.read_bytes()
             header, body_at = parse_header(data, source.display)
             prv = Path(source.path)
@@ -95,62 +87,6 @@ class ParaverReader:
             assembler = _Assembler(source, header, pcf, rows, body, companions, notes)
             del body  # the assembler drops the record arrays once the columns are built
             return assembler.ranks()
-        finally:
-            if retained:
-                _malloc_retain(False)
-            _huge_pages(previous)
-
-
-def _huge_pages(enabled: bool) -> bool:
-    """Set numpy's huge-page advice for new arrays; the previous setting (True when this
-    numpy has no such switch, so restoring is a no-op)."""
-    multiarray = getattr(getattr(np, "_core", None), "multiarray", None)
-    switch = getattr(multiarray, "_set_madvise_hugepage", None)
-    return bool(switch(enabled)) if switch is not None else True
-
-
-# glibc mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_RETAIN_MMAP_B, _RETAIN_TRIM_B = 1 << 30, (1 << 31) - 1
-_AFTER_MMAP_B, _AFTER_TRIM_B = 32 << 20, 64 << 20  # glibc's dynamic thresholds at most
-
-
-@functools.cache
-def _libc() -> Any:
-    """glibc through ctypes (soname ``libc.so.6``), or None (another C library)."""
-    try:
-        glibc = sys.platform.startswith("linux") and os.confstr(
-            "CS_GNU_LIBC_VERSION") is not None
-        return ctypes.CDLL("libc.so.6") if glibc else None
-    except (OSError, ValueError):
-        return None
-
-
-def _malloc_retain(on: bool) -> bool:
-    """glibc's malloc keeps freed memory for reuse (``on``) or is set back; False
-    where the C library is not glibc (nothing set).
-
-    The reader allocates and frees arrays of tens to hundreds of MB one after the other;
-    by default glibc maps each one afresh (mmap above its threshold, the heap top trimmed
-    on free) and every page of it is faulted in and zeroed again: on a 178 MB trace
-    ~510,000 page faults, 1.0-2.5 s of system time (more on a busier machine) for ~1.9 s
-    of user time. With mmap threshold 1 GiB and trim threshold 2 GiB - 1 freed arrays
-    are reused: ~330,000 faults (the peak RSS, about the same), user + system time
-    3.2 -> 2.9 s (mean of 4 reads each, load 4-5 on 2 cores). Off again: mallopt
-    cannot give back glibc's dynamic thresholds, so they are set to the most the
-    dynamic ones reach (mmap 32 MiB, trim 64 MiB) and the free memory is returned to
-    the system (``malloc_trim``). Process-wide: reads in other threads at the same time
-    only lose (or share) the reuse; results never depend on it."""
-    libc = _libc()
-    if libc is None:
-        return False
-    mmap_b, trim_b = (_RETAIN_MMAP_B, _RETAIN_TRIM_B) if on else (_AFTER_MMAP_B,
-                                                                  _AFTER_TRIM_B)
-    libc.mallopt(_M_MMAP_THRESHOLD, mmap_b)
-    libc.mallopt(_M_TRIM_THRESHOLD, trim_b)
-    if not on:
-        libc.malloc_trim(0)
-    return True
 
 
 def _warn(message: str) -> None:
