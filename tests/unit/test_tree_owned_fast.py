@@ -13,7 +13,7 @@ from traceatlas.ops import owned
 
 def _both(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[list[int], list[int]]:
     order = owned.timeline_order(key, start, end)
-    xs, xe = owned._axis(key[order], start[order], end[order])
+    xs, xe = owned.timeline_axis(key[order], start[order], end[order])
     full = np.zeros(len(start), np.int64)
     full[order] = owned._paint_owned(xs, xe)
     return owned.owned_ns(key, start, end).tolist(), full.tolist()

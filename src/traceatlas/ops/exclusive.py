@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from traceatlas.ops.nesting import BoolArray, IntArray, nesting_depth, sort_for_nesting
-from traceatlas.ops.owned import owned_ns, paint_max, timeline_order
+from traceatlas.ops.owned import owned_ns, paint_max, timeline_axis, timeline_order
 
 if TYPE_CHECKING:
     import polars as pl
@@ -152,8 +152,8 @@ def owned_pieces(key: IntArray, start: IntArray, end: IntArray) -> tuple[IntArra
     """The pieces of the timeline each row owns (innermost open interval, as
     ``owned_ns``): (row index, piece start ns, piece end ns), pieces of one row disjoint.
 
-    Every row's stack is placed on one axis (each key's span shifted past the previous
-    key's), its elementary segments painted with the row that started last
+    Every row's stack is placed on one axis (``ops.owned.timeline_axis``: each key's span
+    shifted past the previous key's), its elementary segments painted with the row that started last
     (``ops.owned.paint_max`` in ``timeline_order``)."""
     n = len(start)
     if n == 0:
@@ -161,11 +161,8 @@ def owned_pieces(key: IntArray, start: IntArray, end: IntArray) -> tuple[IntArra
         return empty, empty, empty
     order = timeline_order(key, start, end)
     ks, ss, es = key[order], start[order], end[order]
-    first = np.flatnonzero(np.concatenate(([True], ks[1:] != ks[:-1])))
-    span = np.maximum.reduceat(es, first) - ss[first] + 1
-    shift = np.repeat(np.concatenate(([0], np.cumsum(span)[:-1])) - ss[first],
-                      np.diff(np.append(first, n)))
-    xs, xe = ss + shift, es + shift
+    xs, xe = timeline_axis(ks, ss, es)
+    shift = xs - ss
     points = np.unique(np.concatenate((xs, xe)))
     owner = paint_max(np.searchsorted(points, xs), np.searchsorted(points, xe),
                       len(points) - 1)

@@ -135,11 +135,11 @@ def owned_ns(key: IntArray, start: IntArray, end: IntArray,
         order = timeline_order(key, start, end)
     ks, ss, es = key[order], start[order], end[order]
     out = np.zeros(n, dtype=np.int64)
-    out[order] = _sorted_owned(*_axis(ks, ss, es), _sorted_parents(ks, ss, es))
+    out[order] = _sorted_owned(*timeline_axis(ks, ss, es), _sorted_parents(ks, ss, es))
     return out
 
 
-def _axis(ks: IntArray, ss: IntArray, es: IntArray) -> tuple[IntArray, IntArray]:
+def timeline_axis(ks: IntArray, ss: IntArray, es: IntArray) -> tuple[IntArray, IntArray]:
     """Rows in ``timeline_order`` placed on one axis for all keys: each key's span shifted
     past the previous key's (+1 gap); a key's rows are contiguous, its first starts first,
     so the shifted starts are sorted."""
@@ -162,7 +162,7 @@ MAX_CHAIN = 64
 
 
 def _sorted_owned(xs: IntArray, xe: IntArray, parent: IntArray) -> IntArray:
-    """Owned ns of rows in ``timeline_order`` on one axis (``_axis``), ``parent`` their
+    """Owned ns of rows in ``timeline_order`` on one axis (``timeline_axis``), ``parent`` their
     ``_sorted_parents``.
 
     A row u owns the instants of [xs, xe) where no LATER row is open. The later rows
@@ -260,5 +260,5 @@ def with_owned(frame: pl.DataFrame, group: tuple[str, ...] = ("rank", "track_id"
     has = sorted_parent >= 0
     parent[order[has]] = order[sorted_parent[has]]
     owned = np.zeros(frame.height, dtype=np.int64)
-    owned[order] = _sorted_owned(*_axis(ks, ss, es), sorted_parent)
+    owned[order] = _sorted_owned(*timeline_axis(ks, ss, es), sorted_parent)
     return frame.with_columns(parent=pl.Series(parent), exclusive_ns=pl.Series(owned))
