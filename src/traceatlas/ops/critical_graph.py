@@ -66,6 +66,10 @@ SYNC_COPY_RE = r"(?i)^(cuda|hip|cu)memcpy"
 """A copy call; synchronous unless its name has ``Async``."""
 
 
+EDGE_COLUMNS = ("src", "dst", "wmin", "kind", "bound", "owner")
+"""The edge columns ``Edges`` keeps as lists of blocks, in ``arrays()`` order."""
+
+
 @dataclass
 class Edges:
     """Growing edge lists (numpy arrays appended as blocks). Stored narrow (a 1 GB rank
@@ -92,16 +96,15 @@ class Edges:
 
     def arrays(self) -> dict[str, I64]:
         """The columns, concatenated (dtypes: see the class docstring)."""
-        names = ("src", "dst", "wmin", "kind", "bound", "owner")
         return {k: (np.concatenate(getattr(self, k)) if getattr(self, k)
-                    else np.empty(0, np.int64)) for k in names}
+                    else np.empty(0, np.int64)) for k in EDGE_COLUMNS}
 
     def take_arrays(self) -> dict[str, I64]:
         """``arrays()``, releasing each column's blocks once concatenated (the lists
         are left empty): one column's blocks and their concatenation live at once,
         not every column's."""
         out: dict[str, I64] = {}
-        for k in ("src", "dst", "wmin", "kind", "bound", "owner"):
+        for k in EDGE_COLUMNS:
             blocks: list[I64] = getattr(self, k)
             out[k] = np.concatenate(blocks) if blocks else np.empty(0, np.int64)
             blocks.clear()
