@@ -40,7 +40,7 @@ def summarize(trace: Trace) -> dict[str, Any]:
         for name in ("tracks", "intervals", "instants", "counters", "flows", "messages")
     }
     return {
-        "path": str(trace.path),
+        "path": trace.location,  # a remote store: its URL
         "source_format": trace.source_format,
         "ranks": trace.ranks,
         "intervals": rows["intervals"],

@@ -55,11 +55,9 @@ API: ``is_partitioned(analysis, params)``, ``partition_of``,
 from __future__ import annotations
 
 import functools
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import Analysis, Result
@@ -127,10 +125,9 @@ def _trace_view(task: RankTask) -> Trace:
     """The worker's view: the client's selections plus this batch's ranks (messages:
     the batch's own parts, ``partitioned_view``)."""
     from traceatlas.analysis.partitioned_view import message_view, rank_view
-    from traceatlas.store.layout import MANIFEST
+    from traceatlas.store.layout import store_stamp
 
-    info = os.stat(Path(task.store) / MANIFEST)
-    base = _open(task.store, (info.st_ino, info.st_mtime_ns))
+    base = _open(task.store, store_stamp(task.store))  # a path, or a remote store's URL
     make = message_view if task.by == MESSAGE else rank_view
     return make(base, task.selections, task.ranks)
 
@@ -229,7 +226,7 @@ def run_partitioned(analysis: Analysis, trace: Trace, params: Mapping[str, Any],
 
     def tasks(step: str, given: Mapping[str, Any]) -> list[RankTask]:
         items = tuple(sorted(given.items()))
-        return [RankTask(str(trace.path), trace.selections, batch, analysis.name, items, by,
+        return [RankTask(trace.location, trace.selections, batch, analysis.name, items, by,
                          step) for batch in batches]
 
     if hasattr(analysis, "prepare"):  # the first pass: what every batch's map step needs

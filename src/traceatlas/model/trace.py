@@ -10,6 +10,7 @@ from traceatlas.model.vocab import TABLE_NAMES
 from traceatlas.store.layout import store_location, table_parts
 from traceatlas.store.manifest import read_manifest
 from traceatlas.store.parts import verify_store
+from traceatlas.store.remote import is_mirror, mirror_at
 
 if TYPE_CHECKING:  # polars and DuckDB are imported on first use: commands that only
     # ingest, or only count rows (``info``), skip them
@@ -27,9 +28,7 @@ def scan_parts(store: Path, table: str, ranks: frozenset[int] | None = None
     holds the rows of its own rank)."""
     import polars as pl
 
-    parts = table_parts(store, table)
-    if ranks is not None:
-        parts = [p for p in parts if int(p.parent.name.partition("=")[2]) in ranks]
+    parts = table_parts(store, table, ranks)  # a remote store's mirror: fetched first
     if not parts:
         from traceatlas.model.schema import empty_table  # Arrow: only when there is no part
 
@@ -41,10 +40,19 @@ class Trace:
     """A trace store opened for reading. Tables are lazy: nothing loads until collected."""
 
     def __init__(self, store: str | Path) -> None:
-        self.path = store_location(store)  # a path or a file:// URL
+        self.path = store_location(store)  # a path, a file:// URL or a remote store's mirror
         self.manifest: dict[str, Any] = read_manifest(self.path)
-        verify_store(self.path, self.manifest)  # StoreDamagedError: part, rebuild command
+        if not is_mirror(self.path):  # a mirror: the remote store was checked on opening,
+            # each part is checked against its hash when fetched (store/remote.py)
+            verify_store(self.path, self.manifest)  # StoreDamagedError: part, rebuild command
         self.selections: tuple[Selection, ...] = ()
+
+    @property
+    def location(self) -> str:
+        """Where the store is, as a worker opens it: the remote store's URL for a mirror,
+        else the local path."""
+        mirror = mirror_at(self.path)
+        return mirror.url if mirror is not None else str(self.path)
 
     def __repr__(self) -> str:
         sel = f", selections={len(self.selections)}" if self.selections else ""

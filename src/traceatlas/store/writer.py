@@ -59,6 +59,9 @@ def atomic_directory(target: Path) -> Iterator[Path]:
     concurrent writers of one output never interleave their renames.
     """
     shown = target
+    from traceatlas.store.remote import refuse_remote_output
+
+    refuse_remote_output(target)  # s3://, gs://: stores are written locally, then uploaded
     target = Path(os.path.abspath(target))
     if target.is_symlink():
         target = target.resolve()
