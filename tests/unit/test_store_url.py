@@ -1,6 +1,6 @@
 """Stores named by ``file://`` URLs (fsspec's local form) open like their path through the
-Python API and travel to the workers as that path; other URL schemes are refused with a
-clear error."""
+Python API and travel to the workers as that path; other URL schemes are remote stores
+(tests/unit/test_remote_store.py), an unreadable one a clear error."""
 
 from __future__ import annotations
 
@@ -35,10 +35,13 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_store_location() -> None:
     assert store_location("/a/b.tastore") == Path("/a/b.tastore")
     assert store_location("file:///a/my%20run.tastore") == Path("/a/my run.tastore")
+    assert store_location(Path("file:///a/b.tastore")) == Path("/a/b.tastore")  # file:/a/b
     assert store_location("relative/dir") == Path("relative/dir")
-    for url in ("s3://bucket/run.tastore", "gs://b/r", "memory://run.tastore"):
-        with pytest.raises(StoreError, match="not supported"):
-            store_location(url)
+    # other schemes are remote stores (store/remote.py, tests/unit/test_remote_store.py)
+    with pytest.raises(StoreError, match=r"nosuchscheme://b/r: .*nosuchscheme"):
+        store_location("nosuchscheme://b/r")
+    with pytest.raises(StoreError, match=r"memory://run\.tastore: not a traceatlas store"):
+        store_location("memory://run.tastore")
 
 
 def test_file_url_opens_and_partitions(store: Path) -> None:
@@ -56,10 +59,11 @@ def test_file_url_opens_and_partitions(store: Path) -> None:
                                                                 (2, 3_000)]
 
 
-def test_cli_remote_url_is_a_clear_error() -> None:
-    """The CLI takes paths (it does not parse URLs): one line, exit 2."""
+def test_cli_unreadable_url_is_a_clear_error() -> None:
+    """A URL the store layer cannot read (no network needed): one line, exit 2."""
     from traceatlas.cli.main import app
 
-    out = CliRunner().invoke(app, ["analyze", "breakdown", "s3://bucket/run.tastore"])
+    out = CliRunner().invoke(app, ["analyze", "breakdown", "memory://bucket/run.tastore"])
     assert out.exit_code == 2
-    assert out.output.startswith("error:") and "Traceback" not in out.output
+    assert out.output.startswith("error: memory://bucket/run.tastore: not a traceatlas "
+                                 "store") and "Traceback" not in out.output

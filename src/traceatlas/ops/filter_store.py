@@ -37,6 +37,9 @@ def filter_store(
     ``spec`` (e.g. the command-line options as given) is recorded in the manifest next to
     the resolved selection. Returns the store path.
     """
+    from traceatlas.store.remote import refuse_remote_output
+
+    refuse_remote_output(out)  # before resolve() makes a relative path of an s3:// URL
     target = Path(out).resolve()
     source = trace.path.resolve()
     if target == source or source in target.parents:

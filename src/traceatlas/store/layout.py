@@ -25,8 +25,9 @@ def store_location(store: str | Path) -> Path:
     (``store/remote.py``; ``StoreError`` when it cannot be read)."""
     text = str(store)
     scheme, sep, rest = text.partition("://")
-    if sep and scheme.lower() in ("file", "local") and re.fullmatch(
-            r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
+    if not sep and re.match(r"(?i)(file|local):/[^/]", text) and not os.path.lexists(text):
+        scheme, sep, rest = "file", "://", text.partition(":")[2]  # pathlib's file:/x
+    if sep and scheme.lower() in ("file", "local"):
         from urllib.parse import unquote, urlsplit
 
         return Path(unquote(urlsplit("file://" + rest).path))

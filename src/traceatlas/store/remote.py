@@ -60,8 +60,9 @@ _HASH_BYTES = 16
 def remote_url(store: str | os.PathLike[str]) -> str | None:
     """The URL when ``store`` names a remote store (a scheme other than ``file``/``local``),
     else None. ``pathlib`` turns ``s3://b/k`` into ``s3:/b/k`` (a CLI argument typed as a
-    path): for the schemes of :data:`EXTRAS` that form is read back as the URL unless a
-    local path of that name exists (a double slash inside the key is not recovered)."""
+    path): for a remote scheme (:data:`EXTRAS`, fsspec's) that form is read back as the
+    URL unless a local path of that name exists (a double slash inside the key is not
+    recovered)."""
     text = os.fspath(store)
     match = _SCHEME.fullmatch(text)
     if match is not None:
@@ -70,10 +71,23 @@ def remote_url(store: str | os.PathLike[str]) -> str | None:
             return None
         return f"{scheme}://{match.group(2).rstrip('/')}"
     mangled = _MANGLED.fullmatch(text)
-    if (mangled is not None and mangled.group(1).lower() in EXTRAS
+    if (mangled is not None and _known_scheme(mangled.group(1).lower())
             and not os.path.lexists(text)):
         return f"{mangled.group(1).lower()}://{mangled.group(2).rstrip('/')}"
     return None
+
+
+def _known_scheme(scheme: str) -> bool:
+    """A remote scheme: one of :data:`EXTRAS`, or one fsspec knows (when installed)."""
+    if scheme in EXTRAS:
+        return True
+    if scheme in _LOCAL_SCHEMES:
+        return False
+    try:
+        from fsspec.registry import known_implementations
+    except ImportError:
+        return False
+    return scheme in known_implementations
 
 
 def refuse_remote_output(out: str | os.PathLike[str]) -> None:
