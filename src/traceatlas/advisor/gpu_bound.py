@@ -1,9 +1,10 @@
 """Rule ``gpu_bound``: the device is busy for most of every step; the work is the cost.
 
-Per rank, the windows are the steps (``steps`` analysis) or, without steps, the rank's
-whole span (first interval start to last end). *Device busy* in a window is the union of
-the rank's compute device activity (kernels, memcpy, memset; communication kernels are
-left to the exposed-communication rule) clipped to it. The rank's *busy share* is the
+Computed one rank at a time (each rank's part read alone). Per rank, the windows are
+the steps (``steps`` analysis) or, without steps, the rank's whole span (first interval
+start to last end). *Device busy* in a window is the union of the rank's compute device
+activity (kernels, memcpy, memset; communication kernels are left to the
+exposed-communication rule) clipped to it. The rank's *busy share* is the
 median over its windows of busy / window.
 
 Trigger: every rank with device activity has a busy share >= ``MIN_BUSY`` (0.9): the host
@@ -33,6 +34,8 @@ from traceatlas.analysis import gpu_peaks
 
 if TYPE_CHECKING:
     import polars as pl
+
+    from traceatlas.model.trace import Trace
 
 NAME = "gpu_bound"
 MIN_BUSY = 0.9
@@ -130,24 +133,26 @@ def _windows(ctx: Context) -> pl.DataFrame:
             .select("rank", "step", "start_ns", "end_ns", "dur_ns").collect())
 
 
-def _device(ctx: Context) -> pl.LazyFrame:
+def _device(trace: Trace) -> pl.LazyFrame:
     import polars as pl
 
-    return ctx.trace.intervals.filter(
+    return trace.intervals.filter(
         pl.col("category").cast(pl.String).is_in(COMPUTE)).select(
         "rank", pl.col("step").cast(pl.Int64), "start_ns", "end_ns", "correlation",
         "external_id",
         pl.col("name").cast(pl.String))
 
 
-def _clipped(ctx: Context, windows: pl.DataFrame) -> pl.LazyFrame:
+def _clipped(ctx: Context, windows: pl.DataFrame, rank: int | None = None
+             ) -> pl.LazyFrame:
     """Compute device rows clipped to the window of their step (the store's ``step``
-    column of the row; every row of a rank when the windows are the ranks' spans)."""
+    column of the row; every row of a rank when the windows are the ranks' spans).
+    ``rank``: the rows of that rank only (its part alone is read)."""
     import polars as pl
 
     w = windows.lazy().select("rank", "step", pl.col("start_ns").alias("w0"),
                               pl.col("end_ns").alias("w1"))
-    device = _device(ctx)
+    device = _device(ctx.trace if rank is None else ctx.trace.select(ranks=[rank]))
     if windows.height and (windows["step"] == -1).all():
         device = device.with_columns(step=pl.lit(-1, pl.Int64))
     return (device.join(w, on=["rank", "step"], how="inner")
@@ -164,9 +169,17 @@ def _busy_per_window(ctx: Context) -> pl.DataFrame:
     from traceatlas.ops.unions import union_ns
 
     windows = _windows(ctx).filter(pl.col("dur_ns") > 0)
-    busy = union_ns(_clipped(ctx, windows), ["rank", "step"], "busy_ns")
-    return (windows.lazy().join(busy, on=["rank", "step"], how="inner")
-            .select("rank", "step", "dur_ns", "busy_ns").collect())
+    parts = []
+    for (rank,), mine in windows.partition_by("rank", as_dict=True,
+                                              maintain_order=True).items():
+        busy = union_ns(_clipped(ctx, mine, int(rank)), ["rank", "step"], "busy_ns")
+        parts.append(mine.lazy().join(busy, on=["rank", "step"], how="inner")
+                     .select("rank", "step", "dur_ns", "busy_ns").collect())
+    if not parts:
+        return pl.DataFrame(schema={"rank": windows.schema["rank"], "step": pl.Int64,
+                                    "dur_ns": windows.schema["dur_ns"],
+                                    "busy_ns": pl.Int64})
+    return pl.concat(parts)
 
 
 def _work(ctx: Context, rank: int, busy: pl.DataFrame
@@ -177,7 +190,7 @@ def _work(ctx: Context, rank: int, busy: pl.DataFrame
 
     windows = _windows(ctx).filter(pl.col("rank") == rank).join(
         busy.select("step"), on="step", how="semi")
-    rows = (_clipped(ctx, windows)
+    rows = (_clipped(ctx, windows, rank)
             .with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns")).collect())
 
     def top(frame: pl.DataFrame, key: str) -> pl.DataFrame:
@@ -251,7 +264,7 @@ def _flops(ctx: Context, rank: int, busy: pl.DataFrame) -> str:
         .group_by("external_id").agg(pl.col("flops").first()).collect())
     if ops.height == 0:
         return "no FLOPs in the trace (record with with_flops=True for achieved TFLOP/s)"
-    linked = (_clipped(ctx, windows).join(ops.lazy(), on="external_id", how="inner")
+    linked = (_clipped(ctx, windows, rank).join(ops.lazy(), on="external_id", how="inner")
               .group_by("external_id")
               .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns"),
                    pl.col("flops").first()).collect())

@@ -75,11 +75,9 @@ def _device_per_step(ctx: Context, ranks: list[int]) -> dict[str, float] | None:
     steps = stepwise.windows(ctx)
     if steps is None:
         return None
-    kernels = (ctx.trace.intervals
-               .filter((pl.col("category").cast(pl.String) == "kernel")
-                       & pl.col("rank").is_in(ranks))
-               .select("rank", "start_ns", "end_ns").collect())
-    per = stepwise.union_per_step(kernels, steps, name="compute")
+    per = stepwise.rank_unions(ctx, sorted(set(ranks)),
+                               pl.col("category").cast(pl.String) == "kernel", steps,
+                               "compute")
     got = {(int(r), int(s)): float(v) for r, s, v in per.select("rank", "step", "compute").rows()}
     costs = []
     for step in steps["step"].unique().to_list():

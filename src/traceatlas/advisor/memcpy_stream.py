@@ -6,7 +6,8 @@ the memcpy/memset intervals on its compute streams, K = its kernels and communic
 kernels (any stream); exposed = |M or K| - |K| (unions): time the device spends on those
 copies with no kernel running anywhere on it.
 
-Trigger: exposed > 0 on some rank.
+Trigger: exposed > 0 on some rank (computed one rank at a time: the ranks with copies
+on a compute stream, each rank's part read alone).
 Cost (ns): exposed, summed over the rank's devices; the largest over the ranks.
 Statement: "Memory copies stall the compute stream: on rank R, NAME on stream S leaves the
 GPU doing nothing but copies for X".
@@ -43,11 +44,14 @@ def check(ctx: Context) -> list[Finding]:
     if streams.height == 0:
         return []
     on_stream = per_rank_sum(streams, "memory_ns")
-    kernels, memory = _rows(ctx, streams.select("rank", "device", "stream"))
-    cost = _exposed(kernels, memory)
+    keys = streams.select("rank", "device", "stream")
+    cost: dict[int, int] = {}
+    for r in sorted({int(x) for x in keys["rank"]}):  # one rank's rows at a time
+        cost.update(_exposed(*_rows(ctx, keys.filter(pl.col("rank") == r), r)))
     if not cost or max(cost.values()) <= 0:
         return []
     rank, worst = heaviest(cost)
+    kernels, memory = _rows(ctx, keys.filter(pl.col("rank") == rank), rank)
     mine = streams.filter(pl.col("rank") == rank)
     names = (ctx.trace.intervals
              .filter((pl.col("rank") == rank)
@@ -122,14 +126,16 @@ def _per_step(ctx: Context, rank: int, kernels: pl.LazyFrame, memory: pl.LazyFra
                               [float(count.get(s, 0)) for s in every])
 
 
-def _rows(ctx: Context, streams: pl.DataFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
-    """(K, M): kernels and communication kernels, and the memcpy/memset rows on the
-    compute ``streams`` (rank, device, stream, category, start_ns, end_ns)."""
+def _rows(ctx: Context, streams: pl.DataFrame, rank: int
+          ) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """(K, M) of ``rank`` (its part alone is read): kernels and communication kernels,
+    and the memcpy/memset rows on the compute ``streams`` (rank, device, stream,
+    category, start_ns, end_ns)."""
     import polars as pl
 
     cat = pl.col("category").cast(pl.String)
-    rows = ctx.trace.intervals.filter(cat.is_in(("kernel", "comm_kernel", "memcpy",
-                                                 "memset"))).select(
+    device = cat.is_in(("kernel", "comm_kernel", "memcpy", "memset"))
+    rows = ctx.trace.select(ranks=[rank]).intervals.filter(device).select(
         "rank", pl.col("device").fill_null(-1).cast(pl.Int64),
         pl.col("stream").fill_null(-1).cast(pl.Int64), cat.alias("category"), "start_ns",
         "end_ns")

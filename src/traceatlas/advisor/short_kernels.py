@@ -9,6 +9,7 @@ device busy.
 
 Trigger: on some rank, at least ``MIN_COUNT`` short launches making up at least
 ``MIN_SHARE`` of its launch calls.
+Computed one rank at a time (the calls of one rank in memory, not of every rank).
 Cost (ns): per rank, sum over its short launches of (min(cpu_launch_ns, median launch
 call of the rank) - device time), clipped at 0: the host time per launch the device
 cannot cover, i.e. the device idle time this launch rate forces when launches are issued
@@ -26,6 +27,7 @@ step does not suggest capturing one.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from traceatlas.advisor.base import Context, Finding, fmt_ns, short_name
@@ -48,28 +50,18 @@ def check(ctx: Context) -> list[Finding]:
     """One finding for the rank whose short launches cost the most."""
     import polars as pl
 
-    from traceatlas.analysis.launch import calls
-
     launch = ctx.result("launch")
     if launch is None or launch.table.height == 0:
         return []
-    typical = pl.col("cpu_launch_ns").median().over("rank")
-    table = calls(launch.table.lazy()).collect().with_columns(
-        short=pl.col("gpu_ns") < pl.col("cpu_launch_ns"),
-        uncovered=(pl.min_horizontal("cpu_launch_ns", typical) - pl.col("gpu_ns")).clip(0))
-    per_rank = (table.group_by("rank").agg(
-        launches=pl.len(), short=pl.col("short").sum(),
-        cost=pl.col("uncovered").filter(pl.col("short")).sum().round(),
-        gpu=pl.col("gpu_ns").filter(pl.col("short")).sum(),
-        cpu=pl.col("cpu_launch_ns").filter(pl.col("short")).sum())
-        .filter((pl.col("short") >= MIN_COUNT)
-                & (pl.col("short") >= MIN_SHARE * pl.col("launches")))
-        .sort("cost", "rank", descending=[True, False]))
+    per_rank = (pl.concat([_totals(table) for table in _rank_calls(launch.table)])
+                .filter((pl.col("short") >= MIN_COUNT)
+                        & (pl.col("short") >= MIN_SHARE * pl.col("launches")))
+                .sort("cost", "rank", descending=[True, False]))
     if per_rank.height == 0:
         return []
     row = per_rank.row(0, named=True)
     rank, count, launches = int(row["rank"]), int(row["short"]), int(row["launches"])
-    mine = table.filter(pl.col("rank") == rank)
+    mine = _calls(launch.table.filter(pl.col("rank") == rank))
     shorts = mine.filter(pl.col("short"))
     names = (shorts.group_by("name").agg(pl.len().alias("n"))
              .sort("n", "name", descending=[True, False]).head(3).rows())
@@ -101,6 +93,49 @@ def check(ctx: Context) -> list[Finding]:
         per_step=per_step,
         where=where,
     )]
+
+
+def _rank_calls(launches: pl.DataFrame) -> Iterator[pl.DataFrame]:
+    """``_calls`` of each rank of the ``launch`` table, one rank at a time (ascending):
+    the memory of one rank's launch calls, not of every rank's (zero-copy slices when
+    the table is in rank order, as ``launch`` returns it)."""
+    import polars as pl
+
+    rank = launches["rank"]
+    if rank.is_sorted():
+        values = rank.unique(maintain_order=True)
+        lo = rank.search_sorted(values, side="left")
+        hi = rank.search_sorted(values, side="right")
+        for a, b in zip(lo.to_list(), hi.to_list(), strict=True):
+            yield _calls(launches.slice(a, b - a))
+        return
+    for value in rank.unique().sort().to_list():
+        yield _calls(launches.filter(pl.col("rank") == value))
+
+
+def _calls(launches: pl.DataFrame) -> pl.DataFrame:
+    """One row per launch call (``launch.calls``) with ``short`` (device time < the
+    call's) and ``uncovered`` (ns: min(call, the rank's median call) - device time, >= 0)."""
+    import polars as pl
+
+    from traceatlas.analysis.launch import calls
+
+    typical = pl.col("cpu_launch_ns").median().over("rank")
+    return calls(launches.lazy()).collect().with_columns(
+        short=pl.col("gpu_ns") < pl.col("cpu_launch_ns"),
+        uncovered=(pl.min_horizontal("cpu_launch_ns", typical) - pl.col("gpu_ns")).clip(0))
+
+
+def _totals(table: pl.DataFrame) -> pl.DataFrame:
+    """Per rank of ``_calls`` rows: launches, short launches, their cost, device and
+    host ns."""
+    import polars as pl
+
+    return table.group_by("rank").agg(
+        launches=pl.len(), short=pl.col("short").sum(),
+        cost=pl.col("uncovered").filter(pl.col("short")).sum().round(),
+        gpu=pl.col("gpu_ns").filter(pl.col("short")).sum(),
+        cpu=pl.col("cpu_launch_ns").filter(pl.col("short")).sum())
 
 
 def _per_step(calls: pl.DataFrame, top: str) -> dict[str, float] | None:

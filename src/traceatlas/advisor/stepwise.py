@@ -10,7 +10,7 @@ every window are left out. ``per_step`` = ``{"ms": median over steps of the cost
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from traceatlas.advisor.base import Context
@@ -57,6 +57,25 @@ def union_per_step(frame: pl.DataFrame, steps: pl.DataFrame, keys: tuple[str, ..
 
     placed = assign(frame.select("rank", *keys, "start_ns", "end_ns"), steps)
     return union_ns(placed.lazy(), ["rank", "step", *keys], name).collect()
+
+
+def rank_unions(ctx: Context, ranks: Iterable[int], keep: pl.Expr, steps: pl.DataFrame,
+                name: str) -> pl.DataFrame:
+    """``union_per_step`` of the intervals matching ``keep`` on each of ``ranks``, read
+    one rank's part at a time (memory: one rank's rows), concatenated in ``ranks`` order:
+    the same rows as ``union_per_step`` over every rank at once."""
+    import polars as pl
+
+    parts = []
+    for rank in ranks:
+        rows = (ctx.trace.select(ranks=[rank]).intervals.filter(keep)
+                .select("rank", "start_ns", "end_ns").collect())
+        parts.append(union_per_step(rows, steps, name=name))
+    full = [p for p in parts if p.height]
+    if not full:
+        return parts[0] if parts else pl.DataFrame(
+            schema={"rank": pl.Int64, "step": pl.Int64, name: pl.Int64})
+    return pl.concat(full)
 
 
 def median_ms(values: Mapping[int, float] | list[float], count: list[float] | None = None

@@ -129,9 +129,9 @@ def _load_imbalance(ctx: Context, finding: Finding, steps: pl.DataFrame) -> dict
     every = stepwise.windows(ctx)
     if every is None or finding.metric == "host_load_balance":  # MPI: no kernels
         return _where_cost(ctx, finding, steps)
-    kernels = (ctx.trace.intervals.filter(pl.col("category").cast(pl.String) == "kernel")
-               .select("rank", "start_ns", "end_ns").collect())
-    per = stepwise.union_per_step(kernels, every, name="compute")
+    per = stepwise.rank_unions(ctx, ctx.trace.ranks,
+                               pl.col("category").cast(pl.String) == "kernel", every,
+                               "compute")
     ranks = sorted({int(r) for r in per["rank"]})
     got = {(int(r), int(s)): float(v) for r, s, v in per.select("rank", "step", "compute").rows()}
     out = {}

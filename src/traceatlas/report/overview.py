@@ -7,6 +7,7 @@ kernels on several streams count once. Times in ns.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -133,26 +134,11 @@ def rank_times(trace: Trace, act: Activity, window: tuple[int, int]) -> list[Ran
     useful = union of compute kernels, comm = comm kernels not under a compute kernel
     (|kernels or comm kernels| - useful), transfer = memory activity under no kernel
     (busy - |kernels or comm kernels|), idle = span - union of all device activity (busy).
-    MPI traces: comm = union of MPI calls, useful = span - comm, idle = 0."""
-    import polars as pl
-
+    MPI traces: comm = union of MPI calls, useful = span - comm, idle = 0. Read one
+    rank's rows at a time."""
     total = window[1] - window[0]
-    ranks = pl.DataFrame({"rank": sorted(trace.ranks)}, schema={"rank": pl.Int64}).lazy()
-    if act.kind == "device":
-        compute = act.rows.filter(pl.col("category") == "kernel")
-        any_kernel = act.rows.filter(pl.col("category").is_in(("kernel", "comm_kernel")))
-        parts = [union_ns(compute, ["rank"], "compute"),
-                 union_ns(any_kernel, ["rank"], "kernels"),
-                 union_ns(act.rows, ["rank"], "busy")]
-    else:
-        parts = [union_ns(act.rows, ["rank"], "busy")]
-    frame = ranks
-    for part in parts:
-        frame = frame.join(part.with_columns(pl.col("rank").cast(pl.Int64)), on="rank",
-                           how="left")
-    table = frame.fill_null(0).sort("rank").collect()
     out = []
-    for row in table.iter_rows(named=True):
+    for row in _rank_unions(trace, act):
         busy = int(row["busy"])
         if act.kind == "device":
             useful, kernels = int(row["compute"]), int(row["kernels"])
@@ -163,3 +149,25 @@ def rank_times(trace: Trace, act: Activity, window: tuple[int, int]) -> list[Ran
         else:
             out.append(RankTimes(row["rank"], busy, 0, max(0, total - busy)))
     return out
+
+
+def _rank_unions(trace: Trace, act: Activity) -> Iterator[dict[str, int]]:
+    """Per rank (ascending), one rank's rows at a time: the union (ns) of its activity
+    (``busy``) and, for device traces, of its compute kernels (``compute``) and of its
+    kernels and communication kernels (``kernels``); 0 where it has none."""
+    import polars as pl
+
+    for rank in sorted(trace.ranks):
+        rows = act.rows.filter(pl.col("rank") == rank)
+        parts = [union_ns(rows, ["rank"], "busy")]
+        if act.kind == "device":
+            parts += [union_ns(rows.filter(pl.col("category") == "kernel"), ["rank"],
+                               "compute"),
+                      union_ns(rows.filter(pl.col("category").is_in(("kernel",
+                                                                     "comm_kernel"))),
+                               ["rank"], "kernels")]
+        row = {"rank": rank, "busy": 0, "compute": 0, "kernels": 0}
+        for frame in pl.collect_all(parts):
+            for name in frame.columns[1:]:
+                row[name] = int(frame[name].sum())
+        yield row
