@@ -5,7 +5,8 @@ what grows with the number of ranks.
         [--out bench/results_profile_report.json]
 
 For each N, a fresh child process builds ``report.data.build`` on the view of the first N
-ranks (``Trace.select(ranks="0-{N-1}")``) with ``LocalEngine(1)`` (rank batches inline)
+ranks (``Trace.select(ranks="0-{N-1}")``) with ``LocalEngine(1)`` (rank batches inline;
+``--engine dask:N``: on a LocalCluster, the numbers are then the client's, the serial part)
 and times every report section, advisor rule, advisor step (``efficiency.apply``,
 ``why_not``, ``view_link.attach``, ``critical_path.order``), requirement check and first
 run of an analysis (``Context.result``). Per item: CPU seconds of the process
@@ -130,13 +131,17 @@ def held_mb(result):
     return round(sum(f.estimated_size() for f in frames if hasattr(f, "estimated_size"))
                  / 2**20, 1)
 
-store, n = sys.argv[1], int(sys.argv[2])
+store, n, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 trace = traceatlas.Trace(store)
 if n < len(trace.ranks):
     trace = trace.select(ranks=f"0-{n - 1}")
-engine = LocalEngine(1)
+from traceatlas.engine import get_engine
+engine = LocalEngine(1) if mode == "local" else get_engine(mode)
 c0, w0 = time.process_time(), time.perf_counter()
-data = report_data.build([(store, trace)], engine=engine)
+try:
+    data = report_data.build([(store, trace)], engine=engine)
+finally:
+    engine.close()
 total = {"cpu_s": round(time.process_time() - c0, 2),
          "wall_s": round(time.perf_counter() - w0, 2)}
 stop = True
@@ -160,12 +165,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("store")
     ap.add_argument("--ranks", type=int, nargs="+", default=[8, 32, 64])
+    ap.add_argument("--engine", default="local",
+                    help="local (LocalEngine(1), inline) or dask:N: with Dask the CPU "
+                         "seconds are the client's (the serial part)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results_profile_report.json")
     args = ap.parse_args()
-    out: dict[str, Any] = {"store": args.store, "runs": []}
+    out: dict[str, Any] = {"store": args.store, "engine": args.engine, "runs": []}
     for n in args.ranks:
         load = os.getloadavg()[0]
-        proc = subprocess.run([sys.executable, "-c", CHILD, args.store, str(n)],
+        proc = subprocess.run([sys.executable, "-c", CHILD, args.store, str(n), args.engine],
                               capture_output=True, text=True)
         if proc.returncode:
             raise SystemExit(proc.stderr[-3000:])

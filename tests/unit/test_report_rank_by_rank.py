@@ -230,3 +230,20 @@ def test_rank_times_of_a_rank_selection(kineto: traceatlas.Trace) -> None:
     assert [t.rank for t in got] == [1, 3]
     assert got == _old_rank_times(view, act, window)
 
+
+
+def test_timeline_on_workers_equals_here(kineto: traceatlas.Trace,
+                                         mpi: traceatlas.Trace) -> None:
+    for trace in (kineto, mpi, kineto.select(ranks=[0, 2, 3])):
+        act = overview.activity(trace)
+        window = overview.span(trace)
+        here = overview.timeline(trace, act, window, bins=40)
+        assert overview.timeline(trace, act, window, bins=40, engine=LocalEngine(1)) == here
+        assert len(here.rows) == len(trace.ranks)
+    act = overview.activity(mpi)  # 2 batches (4 + 1 ranks) in a process pool: the
+    window = overview.span(mpi)   # task and the result travel
+    assert (overview.timeline(mpi, act, window, engine=LocalEngine(2))
+            == overview.timeline(mpi, act, window))
+    # rank 2's gemm [t, t + 150k) from t = 50k: the first bin starts with it busy
+    first = overview.timeline(kineto, act, window, bins=40)
+    assert first.values[2][0] > 0 and first.start_ns == window[0]

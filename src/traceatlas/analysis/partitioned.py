@@ -48,7 +48,7 @@ holds the partial results (the size of the final result).
 
 API: ``is_partitioned(analysis, params)``, ``partition_of``,
 ``run_partitioned(analysis, trace, params, engine)``, ``rank_batches``, ``RankTask`` /
-``run_task`` (the mapped function), ``concat``, ``concat_counts``, ``summed_notes``,
+``run_task`` (the mapped function), ``batch_view``, ``concat``, ``concat_counts``, ``summed_notes``,
 ``batch_ranks``.
 """
 
@@ -130,6 +130,14 @@ def _trace_view(task: RankTask) -> Trace:
     base = _open(task.store, store_stamp(task.store))  # a path, or a remote store's URL
     make = message_view if task.by == MESSAGE else rank_view
     return make(base, task.selections, task.ranks)
+
+
+def batch_view(store: str, selections: tuple[Selection, ...], ranks: tuple[int, ...]
+               ) -> Trace:
+    """A worker's view of ``ranks`` of ``store`` with the client's ``selections`` (the
+    store opened once per worker process), for mapped functions that are not analyses
+    (the report's timeline)."""
+    return _trace_view(RankTask(store, selections, ranks, "", ()))
 
 
 def run_task(task: RankTask) -> Result | None:

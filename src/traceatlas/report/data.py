@@ -203,7 +203,7 @@ def build_run(name: str, results: Results, *, top_findings: int = TOP_FINDINGS,
         "efficiency": lambda: _efficiency(run, results),
         "findings": lambda: _findings(run, results, top_findings),
         "rank_bars": lambda: _rank_bars(run, results, act),
-        "timeline": lambda: _timeline(run, trace, act),
+        "timeline": lambda: _timeline(run, trace, act, results.context.engine),
         "kernels": lambda: _kernels(run, results, top_kernels),
         "steps": lambda: _steps(run, results),
         "memory": lambda: setattr(run, "memory", memory_report.build(results)),
@@ -306,10 +306,12 @@ def _rank_label(row: dict[str, Any]) -> str:
     return label
 
 
-def _timeline(run: RunReport, trace: Trace, act: overview.Activity) -> None:
+def _timeline(run: RunReport, trace: Trace, act: overview.Activity,
+              engine: Engine | None) -> None:
     if run.span_ns <= 0:
         raise Unavailable("the trace has no intervals")
-    run.timeline = overview.timeline(trace, act, (run.start_ns, run.start_ns + run.span_ns))
+    run.timeline = overview.timeline(trace, act, (run.start_ns, run.start_ns + run.span_ns),
+                                     engine=engine)
 
 
 def _kernels(run: RunReport, results: Results, top: int) -> None:

@@ -19,7 +19,9 @@ from traceatlas.ops.unions import union_ns, union_segments
 if TYPE_CHECKING:
     import polars as pl
 
+    from traceatlas.engine.base import Engine
     from traceatlas.model.trace import Trace
+    from traceatlas.ops.select import Selection
 
 TIMELINE_BINS = 160
 """Time bins of the timeline overview."""
@@ -42,18 +44,30 @@ class Activity:
 def activity(trace: Trace) -> Activity:
     """Device activity when the trace has any; else host time outside MPI calls (MPI
     traces); else any host interval."""
+    for kind in ("device", "mpi"):
+        rows = activity_rows(trace, kind)
+        if rows.select("rank").head(1).collect().height:
+            return Activity(kind, ACTIVITY_LABELS[kind], rows)
+    return Activity("host", ACTIVITY_LABELS["host"], activity_rows(trace, "host"))
+
+
+ACTIVITY_LABELS = {"device": "device busy (kernels, comm kernels, memcpy, memset)",
+                   "mpi": "time inside MPI calls", "host": "host busy (any event)"}
+"""``Activity.kind`` -> its label."""
+
+
+def activity_rows(trace: Trace, kind: str) -> pl.LazyFrame:
+    """The intervals (rank, start_ns, end_ns, category) that make a rank busy for
+    ``kind``: device work, MPI calls, or any host interval but steps and annotations."""
     import polars as pl
 
     cat = pl.col("category").cast(pl.String)
     base = trace.intervals.select("rank", "start_ns", "end_ns", cat.alias("category"))
-    device = base.filter(pl.col("category").is_in(DEVICE_WORK))
-    if device.select("rank").head(1).collect().height:
-        return Activity("device", "device busy (kernels, comm kernels, memcpy, memset)", device)
-    mpi = base.filter(pl.col("category") == "mpi")
-    if mpi.select("rank").head(1).collect().height:
-        return Activity("mpi", "time inside MPI calls", mpi)
-    host = base.filter(~pl.col("category").is_in(("step", "annotation")))
-    return Activity("host", "host busy (any event)", host)
+    if kind == "device":
+        return base.filter(pl.col("category").is_in(DEVICE_WORK))
+    if kind == "mpi":
+        return base.filter(pl.col("category") == "mpi")
+    return base.filter(~pl.col("category").is_in(("step", "annotation")))
 
 
 def span(trace: Trace) -> tuple[int, int]:
@@ -78,22 +92,22 @@ class Timeline:
 
 
 def timeline(trace: Trace, act: Activity, window: tuple[int, int],
-             bins: int = TIMELINE_BINS) -> Timeline:
+             bins: int = TIMELINE_BINS, engine: Engine | None = None) -> Timeline:
     """Binned busy fraction of each rank over ``window`` (ns). For MPI traces the value is
-    the fraction of the bin spent outside MPI calls (useful time)."""
+    the fraction of the bin spent outside MPI calls (useful time). Each rank is read
+    alone; with an ``engine``, in rank batches on its workers (``BusyTask``: only the
+    rows of bins travel back), else one rank after the other here."""
     lo, hi = window
     width = max(1, -(-(hi - lo) // bins))
-    edges = lo + width * np.arange(bins + 1, dtype=np.int64)
-    import polars as pl
-
     ranks = sorted(trace.ranks)
-    values = np.zeros((len(ranks), bins))
-    for i, rank in enumerate(ranks):  # one rank at a time: memory bounded by the largest
-        part = union_segments(act.rows.filter(pl.col("rank") == rank), ["rank"]) \
-            .sort("start_ns").collect()
-        starts = part["start_ns"].to_numpy()
-        ends = part["end_ns"].to_numpy()
-        values[i] = np.diff(_busy_before(starts, ends, edges)) / width
+    if engine is not None and len(ranks) > 1:
+        from traceatlas.analysis.partitioned import DEFAULT_RANKS_PER_TASK, rank_batches
+
+        tasks = [BusyTask(trace.location, trace.selections, batch, act.kind, lo, width, bins)
+                 for batch in rank_batches(ranks, DEFAULT_RANKS_PER_TASK)]
+        values = np.concatenate(engine.map(busy_fractions, tasks))
+    else:
+        values = _fractions(act.rows, ranks, lo, width, bins)
     if act.kind == "mpi":
         values = 1.0 - values
     labels = [f"rank {r}" for r in ranks]
@@ -104,6 +118,48 @@ def timeline(trace: Trace, act: Activity, window: tuple[int, int],
     kind = "useful (outside MPI calls)" if act.kind == "mpi" else act.label
     return Timeline(kind, lo, width, labels,
                     [[round(float(v), 4) for v in row] for row in np.clip(values, 0, 1)])
+
+
+@dataclass(frozen=True)
+class BusyTask:
+    """One batch of the timeline for a worker: where to read (store, the view's
+    selections, its ranks), what busy means (``Activity.kind``), the bins (first edge,
+    width and count, ns)."""
+
+    store: str
+    selections: tuple[Selection, ...]
+    ranks: tuple[int, ...]
+    kind: str
+    lo: int
+    width: int
+    bins: int
+
+
+def busy_fractions(task: BusyTask) -> np.ndarray:
+    """The mapped function: busy fraction per bin of each rank of the batch (rows in
+    ``task.ranks`` order), read on the worker from the batch's parts only."""
+    from traceatlas.analysis.partitioned import batch_view
+
+    view = batch_view(task.store, task.selections, task.ranks)
+    return _fractions(activity_rows(view, task.kind), list(task.ranks), task.lo,
+                      task.width, task.bins)
+
+
+def _fractions(rows: pl.LazyFrame, ranks: list[int], lo: int, width: int,
+               bins: int) -> np.ndarray:
+    """Busy fraction per bin of each of ``ranks`` (one rank's rows at a time: memory
+    bounded by the largest rank)."""
+    import polars as pl
+
+    edges = lo + width * np.arange(bins + 1, dtype=np.int64)
+    values = np.zeros((len(ranks), bins))
+    for i, rank in enumerate(ranks):
+        part = union_segments(rows.filter(pl.col("rank") == rank), ["rank"]) \
+            .sort("start_ns").collect()
+        starts = part["start_ns"].to_numpy()
+        ends = part["end_ns"].to_numpy()
+        values[i] = np.diff(_busy_before(starts, ends, edges)) / width
+    return values
 
 
 def _busy_before(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
