@@ -3,7 +3,8 @@ local engine at 8 / 32 / 64 ranks, with a projection to 1,024 ranks x 1 GB on 32
 
     flock /tmp/heavy.lock python bench/bench_partitioned.py --data /work/data/dask/bench \\
         [--src TRACE.json.gz] [--mb-per-rank 200] [--dask-mb-per-rank 20] \\
-        [--out bench/results_partitioned.json]
+        [--out bench/results_partitioned.json] [--dask-modes dask:1 dask:2 ...]
+        [--local-ranks 8 32 64] [--big-first]
 
 Data: one real Kineto rank (default h100-planted/healthy rank 0) replicated and re-ranked
 with ``../shared/tools/scale_trace.py`` into 64 rank files of about ``--mb-per-rank`` MB,
@@ -92,8 +93,11 @@ def measured(argv: list[str]) -> dict[str, Any]:
 def prepare(src: Path, data: Path, name: str, mb: float) -> dict[str, Any]:
     """64 rank files of ~``mb`` MB from ``src``, ingested into ``data/name.tastore``."""
     store = data / f"{name}.tastore"
+    saved = data / f"{name}.info.json"  # how it was made, for a later run reusing it
     info: dict[str, Any] = {"store": str(store)}
     if (store / "manifest.json").is_file():
+        if saved.is_file():
+            info.update(json.loads(saved.read_text()))
         info["reused"] = True
         return info
     one = json.loads(subprocess.run(
@@ -112,6 +116,7 @@ def prepare(src: Path, data: Path, name: str, mb: float) -> dict[str, Any]:
     shutil.rmtree(raw)
     for key in ("generate", "ingest"):
         info[key].pop("stdout", None)
+    saved.write_text(json.dumps(info, indent=1) + "\n")
     return info
 
 
@@ -150,6 +155,12 @@ def main() -> None:
     ap.add_argument("--mb-per-rank", type=float, default=200.0)
     ap.add_argument("--dask-mb-per-rank", type=float, default=20.0)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results_partitioned.json")
+    ap.add_argument("--dask-modes", nargs="*", default=["dask:1", "dask:2", "dask:1", "dask:2"],
+                    help="engines run on the small store, in this order (none: skip)")
+    ap.add_argument("--local-ranks", type=int, nargs="*", default=[8, 32, 64],
+                    help="rank counts of the big store run with the local engine (none: skip)")
+    ap.add_argument("--big-first", action="store_true",
+                    help="the local-engine runs on the big store before the Dask runs")
     args = ap.parse_args()
     args.data.mkdir(parents=True, exist_ok=True)
     res: dict[str, Any] = {"src": str(args.src), "cores": os.cpu_count(), "runs": []}
@@ -157,20 +168,30 @@ def main() -> None:
     def save() -> None:
         args.out.write_text(json.dumps(res, indent=1) + "\n")
 
-    res["small"] = prepare(args.src, args.data, "small64", args.dask_mb_per_rank)
-    save()
-    for mode in ("dask:1", "dask:2", "dask:1", "dask:2"):
-        res["runs"].append({"set": "small", **report(res["small"]["store"], 64, mode)})
-        print(res["runs"][-1], flush=True)
+    def small() -> None:
+        if not args.dask_modes:
+            return
+        res["small"] = prepare(args.src, args.data, "small64", args.dask_mb_per_rank)
         save()
-    res["big"] = prepare(args.src, args.data, "big64", args.mb_per_rank)
-    save()
-    for n in (8, 32, 64):
-        res["runs"].append({"set": "big", **report(res["big"]["store"], n, "local")})
-        print(res["runs"][-1], flush=True)
+        for mode in args.dask_modes:
+            res["runs"].append({"set": "small", **report(res["small"]["store"], 64, mode)})
+            print(res["runs"][-1], flush=True)
+            save()
+
+    def big() -> None:
+        if not args.local_ranks:
+            return
+        res["big"] = prepare(args.src, args.data, "big64", args.mb_per_rank)
         save()
-    res["projection"] = projection(res["big"], res["runs"])
-    save()
+        for n in args.local_ranks:
+            res["runs"].append({"set": "big", **report(res["big"]["store"], n, "local")})
+            print(res["runs"][-1], flush=True)
+            save()
+        res["projection"] = projection(res["big"], res["runs"])
+        save()
+
+    for part in ((big, small) if args.big_first else (small, big)):
+        part()
 
 
 if __name__ == "__main__":
