@@ -82,7 +82,7 @@ def ingest_sources(
         with atomic_directory(out) as tmp:
             n = len(sources)
             threads = max(1, (os.cpu_count() or 1) // eng.workers(n))
-            jobs = [PartitionJob(i, src, str(tmp), threads) for i, src in enumerate(sources)]
+            jobs = [PartitionJob(i, src, str(tmp), threads, n) for i, src in enumerate(sources)]
             on_done = (lambda done: progress(done, n)) if progress else None
             results = [r for rs in eng.map(ingest_partition, jobs, on_done) for r in rs]
             _reemit_warnings(results)

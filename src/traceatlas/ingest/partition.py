@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import time
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,10 @@ class PartitionJob:
     source: Source
     store: str
     threads: int = 1
+    sources: int = 0
+    """Sources of the whole ingest (0: not told). With 1, the ranks of this source's
+    partitions are decided here, by ``assign_ranks`` over them alone as ingest does
+    later, so parts without a rank are written in place instead of staged."""
 
 
 @dataclass
@@ -49,6 +54,9 @@ class PartitionResult:
     rows: dict[str, int]
     seconds: float
     warnings: list[tuple[str, str]] = field(default_factory=list)
+    placed: bool = False
+    """Rank unknown to the reader, but the parts were written under the rank ingest
+    assigns (``PartitionJob.sources`` = 1): nothing staged."""
 
     @property
     def key(self) -> tuple[int, int]:
@@ -58,7 +66,7 @@ class PartitionResult:
     @property
     def staged(self) -> bool:
         """True when the rank was unknown and parts wait in the staging area."""
-        return self.rank is None
+        return self.rank is None and not self.placed
 
     @property
     def staging_dir(self) -> str:
@@ -88,9 +96,8 @@ def ingest_partition(job: PartitionJob) -> list[PartitionResult]:
             if rank_data.source_format != "kineto":  # Kineto sets its own aside, ts 0 too
                 set_aside_far(rank_data.tables, job.source.display)
         identity = job.source.identity()
-        results = []
-        for sub, rank_data in enumerate(ranks):
-            result = PartitionResult(
+        results = [
+            PartitionResult(
                 index=job.index,
                 sub=sub,
                 source=job.source,
@@ -101,35 +108,71 @@ def ingest_partition(job: PartitionJob) -> list[PartitionResult]:
                 clock=rank_data.clock,
                 world_size=rank_data.world_size,
                 host=rank_data.host,
-                rows=_write_rank(Path(job.store), rank_data, sub, job.index),
+                rows={},
                 seconds=0.0,
             )
-            results.append(result)
-            rank_data.tables.clear()  # free each rank's tables once written
+            for sub, rank_data in enumerate(ranks)
+        ]
+        places = _places(results) if job.sources == 1 else {}
+        for result in results:
+            result.placed = result.rank is None and result.key in places
+        _write(Path(job.store), results, ranks, places, job.threads)
     if results:
         results[0].seconds = time.perf_counter() - t0
         results[0].warnings = [(w.category.__name__, str(w.message)) for w in caught]
     return results
 
 
-def _write_rank(store: Path, rank_data: RankData, sub: int, index: int) -> dict[str, int]:
-    """Write every canonical table of one rank (an empty part where the reader gave none,
-    so each table of a store has files to scan)."""
-    rows: dict[str, int] = {}
-    tables = {name: rank_data.tables.get(name) for name in TABLES}
-    for name, found in tables.items():
-        table = found if found is not None else empty_table(name).drop_columns(["rank"])
-        if rank_data.rank is None:
-            # staged as an uncompressed Arrow IPC stream: read back once by ``unstage``,
-            # so Parquet encoding and compression would only cost time
-            path = store / STAGING / f"{index}-{sub}" / f"{name}.arrows"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as out:
-                out.write_table(table)
-            rows[name] = table.num_rows
-        else:
-            rows[name] = write_part(store, name, rank_data.rank, table)
-    return rows
+def _places(results: list[PartitionResult]) -> dict[tuple[int, int], int]:
+    """Partition key -> rank, as ``assign_ranks`` decides when these are every result of
+    the ingest (its warnings left to ingest, which calls it again); {} on a conflict
+    (ingest reports it)."""
+    from traceatlas.errors import RankConflictError
+    from traceatlas.ingest.ranks import assign_ranks
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return assign_ranks(results)
+        except RankConflictError:
+            return {}
+
+
+def _write(store: Path, results: list[PartitionResult], ranks: list[RankData],
+           places: dict[tuple[int, int], int], threads: int) -> None:
+    """Write every rank's tables (ranks in ``places`` under that rank, unknown ones
+    staged), ``threads`` parts at a time; fills each result's ``rows``. Each rank's
+    tables are let go once handed over, so memory is freed as parts are written."""
+    pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
+    futures: list[Future[int]] = []
+    try:
+        for result, rank_data in zip(results, ranks, strict=True):
+            rank = rank_data.rank if rank_data.rank is not None else places.get(result.key)
+            for name in TABLES:
+                found = rank_data.tables.get(name)
+                # an empty part where the reader gave none: each table has files to scan
+                table = found if found is not None else empty_table(name).drop_columns(["rank"])
+                result.rows[name] = table.num_rows
+                if rank is None:
+                    _stage(store / STAGING / result.staging_dir / f"{name}.arrows", table)
+                elif pool is None:
+                    write_part(store, name, rank, table)
+                else:
+                    futures.append(pool.submit(write_part, store, name, rank, table))
+            rank_data.tables.clear()  # free each rank's tables once written
+        for future in futures:
+            future.result()
+    finally:
+        if pool is not None:  # on an error (or a signal) nothing queued starts
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _stage(path: Path, table: pa.Table) -> None:
+    """Stage a part as an uncompressed Arrow IPC stream: read back once by ``unstage``,
+    so Parquet encoding and compression would only cost time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as out:
+        out.write_table(table)
 
 
 def unstage(store: Path, result: PartitionResult, rank: int) -> None:
