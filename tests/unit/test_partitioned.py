@@ -101,7 +101,8 @@ def test_every_partitioned_analysis_on_256_ranks(mpi256: traceatlas.Trace) -> No
         checked.append((name, params))
     assert ("profile", {"by": "rank"}) in checked
     assert {"profile", "load_imbalance", "comm_matrix", "comm_by_rank",
-            "message_histogram", "comm_over_time", "mpi_wait"} <= {n for n, _ in checked}
+            "message_histogram", "comm_over_time", "mpi_wait",
+            "efficiency"} <= {n for n, _ in checked}
 
 
 def _partitioned_cases() -> Iterator[tuple[str, dict[str, str], Any, Any]]:
@@ -201,4 +202,5 @@ def test_every_partitioned_analysis_on_256_ranks_dask_2_workers(
     finally:
         engine.close()
     assert {"profile", "load_imbalance", "comm_matrix", "comm_by_rank", "message_histogram",
-            "comm_over_time", "mpi_wait", "time_profile", "phases"} <= set(checked), checked
+            "comm_over_time", "mpi_wait", "time_profile", "phases",
+            "efficiency"} <= set(checked), checked
