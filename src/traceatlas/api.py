@@ -34,8 +34,8 @@ def open(
     paths = [os.fspath(path)] if isinstance(path, str | os.PathLike) else [
         os.fspath(p) for p in path
     ]
-    if len(paths) == 1 and looks_like_store(store_location(paths[0])):  # path or file://
-        return Trace(paths[0])
+    if len(paths) == 1 and looks_like_store(location := store_location(paths[0])):
+        return Trace(location)  # a path, file:// or a remote store's mirror (opened once)
     sources = resolve_inputs(paths)
     store = cache_path(paths)
     tempfiles.sweep_siblings(store.parent)  # debris of cache fills killed by SIGKILL

@@ -66,7 +66,9 @@ def _report(paths: list[Path], out: Path | None, fmt: str, engine: str,
         ingest_with: str | Engine = engine if isinstance(eng, LocalEngine) else eng
         base = (None if baseline is None
                 else _baseline_summary(baseline, ingest_with))  # fails first
-        runs = [(str(p), _open_run(p, ingest_with)) for p in paths]
+        from traceatlas.store.remote import remote_url  # s3:/b (pathlib's) shown as s3://b
+
+        runs = [(remote_url(p) or str(p), _open_run(p, ingest_with)) for p in paths]
         data = report_data.build(runs, engine=eng)  # per-rank analyses in rank batches
     finally:
         eng.close()
