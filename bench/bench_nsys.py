@@ -2,8 +2,9 @@
 
 Input: ``nsys-ai/h100_2gpu_1s.sqlite`` replicated ``--copies`` times in time by
 ``bench_formats.scale_nsys`` (x40: 79 MB, 1.09 M intervals). "before" is a copy of the
-current ``src`` with ``io/nsys*.py`` and ``ingest/partition.py`` (staging) taken from
-``--base`` (so only those differ);
+current ``src`` with ``io/nsys*.py``, ``ingest/partition.py`` (staging, part writes) and
+``ingest/__init__.py`` (which builds the partition jobs) taken from ``--base`` (so only
+those differ);
 "after" is ``src``. Runs alternate between the two, ``--repeat`` times each, each in a
 fresh process; per run: wall s, CPU s (user + system of the process tree), peak RSS, and
 the load average (``os.getloadavg()``) just before it. The machine is shared: CPU time is
@@ -32,7 +33,7 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from bench_formats import NSYS_SOURCE, scale_nsys  # noqa: E402
 
-CHANGED = ("io/nsys*.py", "ingest/partition.py")
+CHANGED = ("io/nsys*.py", "ingest/partition.py", "ingest/__init__.py")
 """The files the speed work changed (taken from ``--base`` for "before")."""
 
 
