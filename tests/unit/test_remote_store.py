@@ -304,3 +304,36 @@ def test_added_file_and_older_store(s3: dict[str, str], cache: Path) -> None:
     fs.pipe_file(f"{BUCKET}/old.tastore/manifest.json", json.dumps(manifest).encode())
     with pytest.raises(StoreError, match="older traceatlas"):
         traceatlas.open(f"s3://{BUCKET}/old.tastore")
+
+
+def test_concurrent_readers_fetch_each_part_once(s3: dict[str, str], cache: Path,
+                                                 downloads: list[str]) -> None:
+    """Four threads asking for the same table: each part downloaded once (flock per part),
+    every reader then sees the complete table."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from traceatlas.store.layout import table_parts
+
+    trace = traceatlas.open(URL)
+    with ThreadPoolExecutor(4) as pool:
+        listed = list(pool.map(lambda _: table_parts(trace.path, "intervals"), range(4)))
+    expected = [f"intervals/rank={r}/part-0.parquet" for r in range(3)]
+    assert sorted(downloads) == expected
+    for parts in listed:
+        assert [p.relative_to(trace.path).as_posix() for p in parts] == expected
+    left = [p.name for p in trace.path.rglob("*") if p.is_file()
+            and p.suffix != ".parquet" and p.name not in ("manifest.json", remote.MARKER)]
+    assert left == []  # no temporary or lock file left
+
+
+def test_damaged_mirror_part_is_fetched_again(s3: dict[str, str], local_store: Path,
+                                              cache: Path, downloads: list[str]) -> None:
+    trace = traceatlas.open(URL)
+    trace.intervals.collect()
+    rel = "intervals/rank=0/part-0.parquet"
+    (trace.path / rel).write_bytes(b"truncated")  # the local copy damaged, not the store
+    downloads.clear()
+    again = traceatlas.open(URL)
+    assert_frame_equal(again.intervals.collect(),
+                       traceatlas.open(local_store).intervals.collect())
+    assert downloads == [rel]
