@@ -7,13 +7,22 @@ and a 5-rank synthetic MPI trace."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
 import traceatlas
-from traceatlas.advisor import Context, gpu_bound, memcpy_stream, short_kernels, stepwise
+from traceatlas.advisor import (
+    Context,
+    critical_path,
+    gpu_bound,
+    memcpy_stream,
+    per_rank,
+    short_kernels,
+    stepwise,
+)
 from traceatlas.advisor.base import per_rank_sum
 from traceatlas.analysis.launch import calls
 from traceatlas.engine import LocalEngine
@@ -145,18 +154,19 @@ def _sorted(frame: pl.DataFrame, *keys: str) -> pl.DataFrame:
 # -- the tests ------------------------------------------------------------------------------
 
 def test_short_kernels_per_rank_totals_equal_all_ranks(kineto: traceatlas.Trace) -> None:
-    launch = Context(kineto).result("launch")
+    ctx = Context(kineto)
+    launch = ctx.result("launch")
     assert launch is not None and launch.table["rank"].n_unique() == 4
     want = _old_short_totals(launch.table)
-    got = pl.concat([short_kernels._totals(t)
-                     for t in short_kernels._rank_calls(launch.table)])
+    answers = per_rank.map_ranks(ctx, short_kernels.RANK_TOTALS, kineto.ranks)
+    got = pl.concat([t for t, _ in answers])
     assert_frame_equal(_sorted(got, "rank"), _sorted(want, "rank"))
-    shuffled = launch.table.sample(fraction=1.0, shuffle=True, seed=3)  # filter path
-    assert not shuffled["rank"].is_sorted()
-    again = pl.concat([short_kernels._totals(t) for t in short_kernels._rank_calls(shuffled)])
-    assert_frame_equal(_sorted(again, "rank"), _sorted(want, "rank"))
+    on_engine = Context(kineto, engine=LocalEngine(1))  # the batch path (RankCall)
+    again = per_rank.map_ranks(on_engine, short_kernels.RANK_TOTALS, kineto.ranks)
+    assert_frame_equal(pl.concat([t for t, _ in again]), got)
+    assert [g for _, g in answers] == [0, 0, 0, 0]  # no CUDA graphs
     # 14 short launches per step and rank (device 1.0-1.15 us < call 1.5-2.8 us) x 5 steps
-    assert want["short"].to_list() != [] and set(want["short"].to_list()) == {70}
+    assert set(want["short"].to_list()) == {70}
 
 
 def test_short_kernels_finding_names_the_costliest_rank(kineto: traceatlas.Trace) -> None:
@@ -247,3 +257,33 @@ def test_timeline_on_workers_equals_here(kineto: traceatlas.Trace,
     # rank 2's gemm [t, t + 150k) from t = 50k: the first bin starts with it busy
     first = overview.timeline(kineto, act, window, bins=40)
     assert first.values[2][0] > 0 and first.start_ns == window[0]
+
+
+def test_graph_launches_counted_per_rank(tmp_path: Path) -> None:
+    """critical_path's graph launch count, per rank, equals the whole ``launch`` result's
+    ``graphs`` rows on those ranks: rank r replays r + 1 graphs (3 ranks)."""
+    builders = []
+    for rank in range(3):
+        b = TraceBuilder(rank, 3, base_time_ns=BASE)
+        for g in range(rank + 1):
+            t = 10_000 + g * 100_000
+            b.graph_launch([("void a()", t + 5_000, 10_000), ("void b()", t + 20_000, 5_000)],
+                           t, 2_000)
+        b.launch("void c()", 400_000, 1_000, 410_000, 5_000)
+        builders.append(b)
+    paths = write_multi_rank(tmp_path / "in", builders)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trace = traceatlas.open(traceatlas.ingest(paths, tmp_path / "store",
+                                                  engine=LocalEngine(1)))
+    whole = Context(trace).result("launch")
+    assert whole is not None
+    graphs = whole.extra["graphs"]
+    for ranks in ([0, 1, 2], [2], [0, 2]):
+        want = graphs.filter(pl.col("rank").is_in(ranks)).height
+        assert critical_path._graph_launches(Context(trace), ranks) == want
+        assert want == sum(r + 1 for r in ranks)
+    ctx = Context(trace)
+    assert short_kernels.check(ctx) == []  # too few launches; it counts the graphs
+    assert vars(ctx)[short_kernels.GRAPHS_KEY] == {0: 1, 1: 2, 2: 3}
+    assert critical_path._graph_launches(ctx, [1, 2]) == 5

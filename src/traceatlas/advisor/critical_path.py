@@ -279,10 +279,13 @@ def order(ctx: Context, ranked: list[Finding]) -> list[Finding]:
 
 def _graph_launches(ctx: Context, ranks: list[int]) -> int:
     """CUDA graph launch calls on ``ranks`` (``launch``'s ``graphs`` table), 0 when the
-    launch analysis does not apply."""
-    import polars as pl
+    launch analysis does not apply. Counted per rank (``launch`` on each rank alone; the
+    counts the ``short_kernels`` rule already took when it ran)."""
+    from traceatlas.advisor import per_rank
+    from traceatlas.advisor.short_kernels import GRAPHS_KEY, RANK_TOTALS
 
-    launch = ctx.result("launch")
-    if launch is None or "graphs" not in launch.extra:
-        return 0
-    return int(launch.extra["graphs"].filter(pl.col("rank").is_in(ranks)).height)
+    known: dict[int, int] = vars(ctx).get(GRAPHS_KEY, {})
+    missing = [r for r in ranks if r not in known]
+    counts = [known[r] for r in ranks if r in known]
+    counts += [g for _, g in per_rank.map_ranks(ctx, RANK_TOTALS, missing)] if missing else []
+    return sum(counts)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from traceatlas.advisor import per_rank
 from traceatlas.advisor.base import Context, Finding, fmt_ns, short_name
 from traceatlas.analysis import gpu_peaks
 
@@ -204,7 +205,7 @@ def _work(ctx: Context, rank: int, busy: pl.DataFrame
                                            .alias("op")).collect())
     ops = top(rows.join(ops_of, on="external_id", how="inner"), "op")
     anns = None
-    ann = ctx.result("annotations")
+    ann = per_rank.rank_result(ctx.trace.select(ranks=[rank]), "annotations")
     inner = None if ann is None else ann.extra.get("kernels")
     if inner is not None and "innermost" in inner.columns:
         linked = rows.join(inner.filter(pl.col("rank") == rank)

@@ -9,7 +9,9 @@ device busy.
 
 Trigger: on some rank, at least ``MIN_COUNT`` short launches making up at least
 ``MIN_SHARE`` of its launch calls.
-Computed one rank at a time (the calls of one rank in memory, not of every rank).
+Computed one rank at a time (``per_rank.map_ranks``: on the engine's workers when the
+report has one): ``launch`` runs on each rank alone and sends back its totals; the client
+holds one rank's launch calls (the costliest rank's, for the details), never every rank's.
 Cost (ns): per rank, sum over its short launches of (min(cpu_launch_ns, median launch
 call of the rank) - device time), clipped at 0: the host time per launch the device
 cannot cover, i.e. the device idle time this launch rate forces when launches are issued
@@ -27,13 +29,15 @@ step does not suggest capturing one.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from traceatlas.advisor import per_rank
 from traceatlas.advisor.base import Context, Finding, fmt_ns, short_name
 
 if TYPE_CHECKING:
     import polars as pl
+
+    from traceatlas.model.trace import Trace
 
 NAME = "short_kernels"
 MIN_COUNT = 50
@@ -50,18 +54,26 @@ def check(ctx: Context) -> list[Finding]:
     """One finding for the rank whose short launches cost the most."""
     import polars as pl
 
-    launch = ctx.result("launch")
-    if launch is None or launch.table.height == 0:
+    answers = per_rank.map_ranks(ctx, RANK_TOTALS, ctx.trace.ranks)
+    graphs_of = {rank: g for rank, (_, g) in zip(sorted(ctx.trace.ranks), answers,
+                                                 strict=True)}
+    vars(ctx)[GRAPHS_KEY] = graphs_of  # critical_path's graph launches per rank
+    totals = [t for t, _ in answers if t is not None]
+    if not totals:
+        ctx.result("launch")  # the whole run's note when no rank has launch data
         return []
-    per_rank = (pl.concat([_totals(table) for table in _rank_calls(launch.table)])
-                .filter((pl.col("short") >= MIN_COUNT)
-                        & (pl.col("short") >= MIN_SHARE * pl.col("launches")))
-                .sort("cost", "rank", descending=[True, False]))
-    if per_rank.height == 0:
+    table = (pl.concat(totals)
+             .filter((pl.col("short") >= MIN_COUNT)
+                     & (pl.col("short") >= MIN_SHARE * pl.col("launches")))
+             .sort("cost", "rank", descending=[True, False]))
+    if table.height == 0:
         return []
-    row = per_rank.row(0, named=True)
+    row = table.row(0, named=True)
     rank, count, launches = int(row["rank"]), int(row["short"]), int(row["launches"])
-    mine = _calls(launch.table.filter(pl.col("rank") == rank))
+    launch = per_rank.rank_result(ctx.trace.select(ranks=[rank]), "launch")
+    if launch is None:  # the rank had launch calls a moment ago (its totals)
+        return []
+    mine = _calls(launch.table)
     shorts = mine.filter(pl.col("short"))
     names = (shorts.group_by("name").agg(pl.len().alias("n"))
              .sort("n", "name", descending=[True, False]).head(3).rows())
@@ -89,28 +101,29 @@ def check(ctx: Context) -> list[Finding]:
         command=ctx.command("launch", "--ranks", str(rank), "--table", "summary"),
         metric="device_orchestration_efficiency",
         cause="short_kernels",
-        ranks=sorted(int(r) for r in per_rank["rank"]),
+        ranks=sorted(int(r) for r in table["rank"]),
         per_step=per_step,
         where=where,
     )]
 
 
-def _rank_calls(launches: pl.DataFrame) -> Iterator[pl.DataFrame]:
-    """``_calls`` of each rank of the ``launch`` table, one rank at a time (ascending):
-    the memory of one rank's launch calls, not of every rank's (zero-copy slices when
-    the table is in rank order, as ``launch`` returns it)."""
-    import polars as pl
+RANK_TOTALS = "traceatlas.advisor.short_kernels:rank_totals"
+GRAPHS_KEY = "short_kernels@graphs"
+"""Context attribute: {rank: CUDA graph launch calls} found by ``rank_totals``."""
 
-    rank = launches["rank"]
-    if rank.is_sorted():
-        values = rank.unique(maintain_order=True)
-        lo = rank.search_sorted(values, side="left")
-        hi = rank.search_sorted(values, side="right")
-        for a, b in zip(lo.to_list(), hi.to_list(), strict=True):
-            yield _calls(launches.slice(a, b - a))
-        return
-    for value in rank.unique().sort().to_list():
-        yield _calls(launches.filter(pl.col("rank") == value))
+
+def rank_totals(view: Trace, rank: int) -> tuple[pl.DataFrame | None, int]:
+    """The mapped per-rank step (``per_rank.map_ranks``), on ``view`` (one rank): its
+    ``_totals`` row (None without launch data) and its graph launch calls (``launch``'s
+    ``graphs`` table rows)."""
+    launch = per_rank.rank_result(view, "launch")
+    if launch is None:
+        return None, 0
+    graphs = launch.extra.get("graphs")
+    count = 0 if graphs is None else int(graphs.height)
+    if launch.table.height == 0:
+        return None, count
+    return _totals(_calls(launch.table)), count
 
 
 def _calls(launches: pl.DataFrame) -> pl.DataFrame:
@@ -174,7 +187,7 @@ def _origin(ctx: Context, rank: int, launches: pl.DataFrame) -> dict[str, str]:
            .sort("n", "name", descending=[True, False]).head(1).collect())
     if ops.height:
         out["op"] = str(ops["name"][0])
-    ann = ctx.result("annotations")
+    ann = per_rank.rank_result(ctx.trace.select(ranks=[rank]), "annotations")
     kernels = None if ann is None else ann.extra.get("kernels")
     if kernels is not None and "innermost" in kernels.columns:
         top = (kernels.filter((pl.col("rank") == rank) & pl.col("innermost").is_not_null())
