@@ -3,7 +3,8 @@
 Region: the typical step, the step number whose duration (longest over the ranks, from
 the ``steps`` analysis) is the lower median over the steps; the whole trace when there
 are no steps (up to ``MAX_WHOLE_ROWS`` intervals: bounded cost). One ``critical_path``
-run over that region, every rank (cross-rank path).
+run over that region, every rank (cross-rank path): its memory is every rank's intervals
+of that one step (it grows with the rank count, not with the number of steps).
 
 Trigger: the bound holding the largest share of the path (``by_bound``) is a host bound
 (``PROBLEM``: launch, cpu, sync, data_load), or ``gpu_compute``: then the finding

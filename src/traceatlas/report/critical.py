@@ -1,7 +1,8 @@
 """The report's "Critical path" card: what bounds the typical step's critical path.
 
 The region is the advisor's (``advisor.critical_path.step_path``: the median step, else
-the whole trace; one ``critical_path`` run shared with the advisor rule). Shown: the
+the whole trace; one ``critical_path`` run shared with the advisor rule; memory: every
+rank's intervals of that one step, the path crossing ranks). Shown: the
 breakdown by bound as one stacked bar, and the top on-path events (name, bound, on-path
 ns, share of the path). Terminal: one line. Absent (``missing``) when the analysis does
 not apply (no intervals, no steps and a trace too big for a whole-trace path).
