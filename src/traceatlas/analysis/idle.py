@@ -130,8 +130,7 @@ class Idle:
 def _device_work(trace: Trace) -> pl.LazyFrame:
     import polars as pl
 
-    cat = pl.col("category").cast(pl.String)
-    return trace.intervals.filter(cat.is_in(DEVICE_WORK)).select(
+    return trace.intervals.filter(pl.col("category").is_in(DEVICE_WORK)).select(
         "rank", pl.col("device").fill_null(-1), pl.col("stream").fill_null(-1),
         "start_ns", "end_ns", "correlation", "step", pl.col("name").cast(pl.String))
 
@@ -140,9 +139,8 @@ def launches(trace: Trace) -> pl.LazyFrame:
     """Earliest start (``launch_ns``) of the host launch calls per (rank, correlation)."""
     import polars as pl
 
-    cat = pl.col("category").cast(pl.String)
     return (
-        trace.intervals.filter(cat.is_in(LAUNCH_CATEGORIES)
+        trace.intervals.filter(pl.col("category").is_in(LAUNCH_CATEGORIES)
                                & pl.col("correlation").is_not_null())
         .group_by("rank", "correlation").agg(pl.col("start_ns").min().alias("launch_ns"))
     )

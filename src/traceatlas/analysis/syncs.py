@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from traceatlas.analysis.base import Result
 from traceatlas.analysis.partitioned import concat_counts
 from traceatlas.analysis.requirements import DEVICE_WORK
+from traceatlas.ops.name_filter import distinct_names, names_matching
 from traceatlas.ops.unions import union_segments
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ def sync_events(trace: Trace) -> pl.DataFrame:
     import polars as pl
 
     events = _classified(trace)
-    device = trace.intervals.filter(pl.col("category").cast(pl.String).is_in(DEVICE_WORK))
+    device = trace.intervals.filter(pl.col("category").is_in(DEVICE_WORK))
     busy = union_segments(device.select("rank", "start_ns", "end_ns"), ["rank"]).collect()
     costed = idle_after(events, busy)
     return (costed.with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns"))
@@ -168,17 +169,30 @@ def idle_after(events: pl.DataFrame, busy: pl.DataFrame) -> pl.DataFrame:
 
 
 def _candidates(trace: Trace) -> pl.DataFrame:
-    """Sync calls before deduplication: host calls with ``kind`` and ``pageable``."""
+    """Sync calls before deduplication: host calls with ``kind`` and ``pageable``.
+
+    The name regexes run once per distinct call name (``ops.name_filter``); only the
+    matching calls are read, and only the device copies sharing their correlation ids."""
     import polars as pl
 
-    cat = pl.col("category").cast(pl.String)
-    name = pl.col("name").cast(pl.String)
-    calls = trace.intervals.filter(cat.is_in(CALLS) & (
-        name.str.contains(SYNC_RE) | name.str.contains(MEMCPY_RE)))
-    copies = (trace.intervals.filter((cat == "memcpy") & pl.col("correlation").is_not_null())
-              .filter(name.str.contains(PAGEABLE_RE)
+    in_calls = pl.col("category").is_in(CALLS)
+    names = distinct_names(trace.intervals.filter(in_calls))
+    wanted = sorted({*names_matching(names, SYNC_RE), *names_matching(names, MEMCPY_RE)})
+    calls = (trace.intervals.filter(in_calls & pl.col("name").is_in(wanted))
+             .select("rank", "track_id", "step", "start_ns", "end_ns", "depth",
+                     pl.col("name").cast(pl.String), "correlation")
+             .collect())
+    corrs = calls["correlation"].drop_nulls().unique()
+    memcpy = pl.col("category") == "memcpy"
+    copy_names = names_matching(distinct_names(
+        trace.intervals.filter(memcpy & pl.col("correlation").is_in(corrs.implode()))),
+        PAGEABLE_RE)
+    copies = (trace.intervals.filter(memcpy & pl.col("correlation").is_in(corrs.implode()))
+              .filter(pl.col("name").is_in(copy_names)
                       | pl.col("args").fill_null("").str.contains(PAGEABLE_RE))
-              .select("rank", "correlation").unique().with_columns(pageable=pl.lit(True)))
+              .select("rank", "correlation").unique().with_columns(pageable=pl.lit(True))
+              .collect())
+    name = pl.col("name")
     kind = (pl.when(name.str.contains(SYNC_RE)).then(pl.lit("synchronize"))
             .when(~name.str.contains(ASYNC_RE)).then(pl.lit("sync_copy"))
             .otherwise(pl.lit("pageable_copy")))
@@ -188,7 +202,6 @@ def _candidates(trace: Trace) -> pl.DataFrame:
         .filter((pl.col("kind") != "pageable_copy") | pl.col("pageable"))
         .select("rank", "track_id", "step", "start_ns", "end_ns", "depth",
                 name.alias("call"), "kind", "pageable")
-        .collect()
     )
 
 
@@ -200,26 +213,37 @@ def _ancestors(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
     at or after the call's end enclose it."""
     import polars as pl
 
-    cat = pl.col("category").cast(pl.String)
-    tracks = calls.select("rank", "track_id").unique()
-    host = (trace.intervals.filter(cat.is_in(ANCESTORS))
-            .join(tracks.lazy(), on=["rank", "track_id"], how="semi")
-            .select("rank", "track_id", "depth", pl.col("start_ns").alias("_as"),
-                    pl.col("end_ns").alias("_ae"), pl.col("name").cast(pl.String).alias("aname"),
-                    cat.alias("acat"))
-            .sort("_as").collect())
     asks = (calls.select("_id", "rank", "track_id", "start_ns", "end_ns",
                          pl.int_ranges(0, pl.col("depth")).alias("depth"))
             .explode("depth").drop_nulls("depth").with_columns(pl.col("depth").cast(pl.Int32))
             .sort("start_ns"))
-    if asks.height == 0 or host.height == 0:
-        return pl.DataFrame(schema={"_id": pl.UInt32, "depth": pl.Int32, "aname": pl.String,
-                                    "acat": pl.String, "_as": pl.Int64})
+    empty = pl.DataFrame(schema={"_id": pl.UInt32, "depth": pl.Int32, "aname": pl.String,
+                                 "acat": pl.String, "_as": pl.Int64})
+    if asks.height == 0:
+        return empty
+    tracks = calls.select("rank", "track_id").unique()
+    # rows of the calls' ranks and tracks (a superset, cheap to filter in the scan) at the
+    # depths asked, then exactly the calls' (rank, track); names stay Categorical until
+    # the join has kept the few enclosing rows
+    host = (trace.intervals.filter(pl.col("category").is_in(ANCESTORS)
+                                   & pl.col("rank").is_in(tracks["rank"].unique().implode())
+                                   & pl.col("track_id").is_in(
+                                       tracks["track_id"].unique().implode())
+                                   & (pl.col("depth") <= asks["depth"].max()))
+            .select("rank", "track_id", "depth", pl.col("start_ns").alias("_as"),
+                    pl.col("end_ns").alias("_ae"), pl.col("name").alias("aname"),
+                    pl.col("category").alias("acat"))
+            .collect()
+            .join(tracks, on=["rank", "track_id"], how="semi")
+            .sort("_as"))
+    if host.height == 0:
+        return empty
     return (asks.join_asof(host, left_on="start_ns", right_on="_as",
                            by=["rank", "track_id", "depth"], strategy="backward",
                            check_sortedness=False)
             .filter(pl.col("_ae") >= pl.col("end_ns"))
-            .select("_id", "depth", "aname", "acat", "_as").sort("_id", "depth"))
+            .select("_id", "depth", pl.col("aname").cast(pl.String),
+                    pl.col("acat").cast(pl.String), "_as").sort("_id", "depth"))
 
 
 def _classified(trace: Trace) -> pl.DataFrame:
@@ -292,7 +316,7 @@ def _per_step(trace: Trace, table: pl.DataFrame) -> pl.DataFrame:
     the rank without syncs of that source."""
     import polars as pl
 
-    steps = (trace.intervals.filter((pl.col("category").cast(pl.String) == "step")
+    steps = (trace.intervals.filter((pl.col("category") == "step")
                                     & (pl.col("step") >= 0))
              .select("rank", "step").unique().collect())
     grid = steps.join(pl.DataFrame({"source": list(SOURCES)}), how="cross")
