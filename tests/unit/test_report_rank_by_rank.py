@@ -92,7 +92,7 @@ def _old_short_totals(launch: pl.DataFrame) -> pl.DataFrame:
 
 def _old_busy_per_window(ctx: Context) -> pl.DataFrame:
     windows = gpu_bound._windows(ctx).filter(pl.col("dur_ns") > 0)
-    busy = union_ns(gpu_bound._clipped(ctx, windows), ["rank", "step"], "busy_ns")
+    busy = union_ns(gpu_bound._clipped(ctx.trace, windows), ["rank", "step"], "busy_ns")
     return (windows.lazy().join(busy, on=["rank", "step"], how="inner")
             .select("rank", "step", "dur_ns", "busy_ns").collect())
 
@@ -186,6 +186,9 @@ def test_gpu_bound_busy_per_window_equals_all_ranks(kineto: traceatlas.Trace,
         want = _old_busy_per_window(ctx)
         got = gpu_bound._busy_per_window(ctx)
         assert_frame_equal(_sorted(got, "rank", "step"), _sorted(want, "rank", "step"))
+        for engine in (LocalEngine(1), LocalEngine(2)):  # batches inline, in a pool
+            mapped = gpu_bound._busy_per_window(Context(trace, engine=engine))
+            assert_frame_equal(_sorted(mapped, "rank", "step"), _sorted(got, "rank", "step"))
     assert Context(kineto).result("steps") is not None
     assert gpu_bound._busy_per_window(Context(kineto)).height == 20  # 4 ranks x 5 steps
 
@@ -201,6 +204,7 @@ def test_memcpy_stream_cost_per_rank_equals_all_ranks(kineto: traceatlas.Trace) 
     [found] = memcpy_stream.check(ctx)
     rank = min(want, key=lambda r: (-want[r], r))
     assert (found.ranks, found.cost_ns) == ([rank], want[rank])
+    assert memcpy_stream.check(Context(kineto, engine=LocalEngine(1))) == [found]
     # copies [t + compute + 45k, + 20k + 1k x rank) with the relu kernels ending at
     # t + compute + 40.x k and the all-reduce from t + compute + 70k: all exposed
     assert want == {r: 5 * (20_000 + 1_000 * r) for r in range(4)}

@@ -1,6 +1,7 @@
 """Rule ``gpu_bound``: the device is busy for most of every step; the work is the cost.
 
-Computed one rank at a time (each rank's part read alone). Per rank, the windows are
+Computed one rank at a time (each rank's part read alone, on the engine's workers when
+the report has one: ``per_rank``). Per rank, the windows are
 the steps (``steps`` analysis) or, without steps, the rank's whole span (first interval
 start to last end). *Device busy* in a window is the union of the rank's compute device
 activity (kernels, memcpy, memset; communication kernels are left to the
@@ -144,16 +145,15 @@ def _device(trace: Trace) -> pl.LazyFrame:
         pl.col("name").cast(pl.String))
 
 
-def _clipped(ctx: Context, windows: pl.DataFrame, rank: int | None = None
-             ) -> pl.LazyFrame:
-    """Compute device rows clipped to the window of their step (the store's ``step``
-    column of the row; every row of a rank when the windows are the ranks' spans).
-    ``rank``: the rows of that rank only (its part alone is read)."""
+def _clipped(trace: Trace, windows: pl.DataFrame) -> pl.LazyFrame:
+    """Compute device rows of ``trace`` clipped to the window of their step (the store's
+    ``step`` column of the row; every row of a rank when the windows are the ranks'
+    spans)."""
     import polars as pl
 
     w = windows.lazy().select("rank", "step", pl.col("start_ns").alias("w0"),
                               pl.col("end_ns").alias("w1"))
-    device = _device(ctx.trace if rank is None else ctx.trace.select(ranks=[rank]))
+    device = _device(trace)
     if windows.height and (windows["step"] == -1).all():
         device = device.with_columns(step=pl.lit(-1, pl.Int64))
     return (device.join(w, on=["rank", "step"], how="inner")
@@ -163,24 +163,36 @@ def _clipped(ctx: Context, windows: pl.DataFrame, rank: int | None = None
             .drop("w0", "w1"))
 
 
-def _busy_per_window(ctx: Context) -> pl.DataFrame:
-    """``rank, step, dur_ns, busy_ns`` per window with device activity."""
+RANK_BUSY = "traceatlas.advisor.gpu_bound:rank_busy"
+
+
+def rank_busy(view: Trace, rank: int, windows: pl.DataFrame) -> pl.DataFrame:
+    """The mapped per-rank step (``per_rank.map_ranks``), on ``view`` (one rank):
+    ``rank, step, dur_ns, busy_ns`` of its windows with device activity."""
     import polars as pl
 
     from traceatlas.ops.unions import union_ns
 
+    mine = windows.filter(pl.col("rank") == rank)
+    busy = union_ns(_clipped(view, mine), ["rank", "step"], "busy_ns")
+    return (mine.lazy().join(busy, on=["rank", "step"], how="inner")
+            .select("rank", "step", "dur_ns", "busy_ns").collect())
+
+
+def _busy_per_window(ctx: Context) -> pl.DataFrame:
+    """``rank, step, dur_ns, busy_ns`` per window with device activity, rank by rank (on
+    the engine's workers when the context has one)."""
+    import polars as pl
+
     windows = _windows(ctx).filter(pl.col("dur_ns") > 0)
-    parts = []
-    for (rank,), mine in windows.partition_by("rank", as_dict=True,
-                                              maintain_order=True).items():
-        busy = union_ns(_clipped(ctx, mine, int(rank)), ["rank", "step"], "busy_ns")
-        parts.append(mine.lazy().join(busy, on=["rank", "step"], how="inner")
-                     .select("rank", "step", "dur_ns", "busy_ns").collect())
+    ranks = sorted({int(r) for r in windows["rank"]})
+    parts = [p for p in per_rank.map_ranks(ctx, RANK_BUSY, ranks, windows) if p.height]
     if not parts:
         return pl.DataFrame(schema={"rank": windows.schema["rank"], "step": pl.Int64,
                                     "dur_ns": windows.schema["dur_ns"],
                                     "busy_ns": pl.Int64})
-    return pl.concat(parts)
+    busy: pl.DataFrame = pl.concat(parts)
+    return busy
 
 
 def _work(ctx: Context, rank: int, busy: pl.DataFrame
@@ -191,7 +203,7 @@ def _work(ctx: Context, rank: int, busy: pl.DataFrame
 
     windows = _windows(ctx).filter(pl.col("rank") == rank).join(
         busy.select("step"), on="step", how="semi")
-    rows = (_clipped(ctx, windows, rank)
+    rows = (_clipped(ctx.trace.select(ranks=[rank]), windows)
             .with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns")).collect())
 
     def top(frame: pl.DataFrame, key: str) -> pl.DataFrame:
@@ -265,7 +277,8 @@ def _flops(ctx: Context, rank: int, busy: pl.DataFrame) -> str:
         .group_by("external_id").agg(pl.col("flops").first()).collect())
     if ops.height == 0:
         return "no FLOPs in the trace (record with with_flops=True for achieved TFLOP/s)"
-    linked = (_clipped(ctx, windows, rank).join(ops.lazy(), on="external_id", how="inner")
+    mine = _clipped(ctx.trace.select(ranks=[rank]), windows)
+    linked = (mine.join(ops.lazy(), on="external_id", how="inner")
               .group_by("external_id")
               .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns"),
                    pl.col("flops").first()).collect())

@@ -7,7 +7,8 @@ kernels (any stream); exposed = |M or K| - |K| (unions): time the device spends 
 copies with no kernel running anywhere on it.
 
 Trigger: exposed > 0 on some rank (computed one rank at a time: the ranks with copies
-on a compute stream, each rank's part read alone).
+on a compute stream, each rank's part read alone, on the engine's workers when the report
+has one: ``per_rank``).
 Cost (ns): exposed, summed over the rank's devices; the largest over the ranks.
 Statement: "Memory copies stall the compute stream: on rank R, NAME on stream S leaves the
 GPU doing nothing but copies for X".
@@ -22,12 +23,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from traceatlas.advisor import stepwise
+from traceatlas.advisor import per_rank, stepwise
 from traceatlas.advisor.base import Context, Finding, fmt_ns, heaviest, per_rank_sum, short_name
 from traceatlas.ops.unions import union_ns
 
 if TYPE_CHECKING:
     import polars as pl
+
+    from traceatlas.model.trace import Trace
 
 NAME = "memcpy_stream"
 
@@ -46,12 +49,13 @@ def check(ctx: Context) -> list[Finding]:
     on_stream = per_rank_sum(streams, "memory_ns")
     keys = streams.select("rank", "device", "stream")
     cost: dict[int, int] = {}
-    for r in sorted({int(x) for x in keys["rank"]}):  # one rank's rows at a time
-        cost.update(_exposed(*_rows(ctx, keys.filter(pl.col("rank") == r), r)))
+    for part in per_rank.map_ranks(ctx, RANK_EXPOSED, {int(x) for x in keys["rank"]}, keys):
+        cost.update(part)
     if not cost or max(cost.values()) <= 0:
         return []
     rank, worst = heaviest(cost)
-    kernels, memory = _rows(ctx, keys.filter(pl.col("rank") == rank), rank)
+    kernels, memory = _rows(ctx.trace.select(ranks=[rank]),
+                            keys.filter(pl.col("rank") == rank))
     mine = streams.filter(pl.col("rank") == rank)
     names = (ctx.trace.intervals
              .filter((pl.col("rank") == rank)
@@ -126,16 +130,26 @@ def _per_step(ctx: Context, rank: int, kernels: pl.LazyFrame, memory: pl.LazyFra
                               [float(count.get(s, 0)) for s in every])
 
 
-def _rows(ctx: Context, streams: pl.DataFrame, rank: int
-          ) -> tuple[pl.LazyFrame, pl.LazyFrame]:
-    """(K, M) of ``rank`` (its part alone is read): kernels and communication kernels,
-    and the memcpy/memset rows on the compute ``streams`` (rank, device, stream,
-    category, start_ns, end_ns)."""
+RANK_EXPOSED = "traceatlas.advisor.memcpy_stream:rank_exposed"
+
+
+def rank_exposed(view: Trace, rank: int, streams: pl.DataFrame) -> dict[int, int]:
+    """The mapped per-rank step (``per_rank.map_ranks``), on ``view`` (one rank): its
+    exposed copy time (``_exposed``) on its compute ``streams``."""
+    import polars as pl
+
+    return _exposed(*_rows(view, streams.filter(pl.col("rank") == rank)))
+
+
+def _rows(trace: Trace, streams: pl.DataFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """(K, M) of ``trace`` (one rank's view): kernels and communication kernels, and the
+    memcpy/memset rows on the compute ``streams`` (rank, device, stream, category,
+    start_ns, end_ns)."""
     import polars as pl
 
     cat = pl.col("category").cast(pl.String)
     device = cat.is_in(("kernel", "comm_kernel", "memcpy", "memset"))
-    rows = ctx.trace.select(ranks=[rank]).intervals.filter(device).select(
+    rows = trace.intervals.filter(device).select(
         "rank", pl.col("device").fill_null(-1).cast(pl.Int64),
         pl.col("stream").fill_null(-1).cast(pl.Int64), cat.alias("category"), "start_ns",
         "end_ns")
