@@ -337,3 +337,22 @@ def test_damaged_mirror_part_is_fetched_again(s3: dict[str, str], local_store: P
     assert_frame_equal(again.intervals.collect(),
                        traceatlas.open(local_store).intervals.collect())
     assert downloads == [rel]
+
+
+def test_worker_sees_a_store_uploaded_again(s3: dict[str, str], cache: Path) -> None:
+    """A worker keeps its opened store while the remote manifest is the same object, and
+    opens the new one after an upload (a new mirror, keyed by the manifest's hash)."""
+    url = _copy_store("again.tastore")
+    analysis = registry.get_analysis("breakdown")
+    params = tuple(sorted(registry.parse_params(analysis, {}).items()))
+    first = run_task(RankTask(url, (), (0,), "breakdown", params))
+    run_task(RankTask(url, (), (0,), "breakdown", params))
+    assert len(list((cache / "remote").iterdir())) == 1
+    fs = _fs()
+    manifest = json.loads(fs.cat_file(f"{url[5:]}/manifest.json"))
+    fs.pipe_file(f"{url[5:]}/manifest.json",
+                 json.dumps({**manifest, "note": "uploaded again"}).encode())
+    second = run_task(RankTask(url, (), (0,), "breakdown", params))
+    assert len(list((cache / "remote").iterdir())) == 2
+    assert first is not None and second is not None
+    assert_frame_equal(first.table, second.table)

@@ -172,9 +172,12 @@ def open_mirror(url: str) -> Path:
     digest = hashlib.blake2b(data, digest_size=_HASH_BYTES).hexdigest()
     key = hashlib.blake2b(f"{url}\n{digest}".encode(), digest_size=10).hexdigest()
     directory = cache_root() / MIRRORS / key
-    if not (directory / MARKER).is_file():
+    def complete() -> bool:
+        return (directory / MARKER).is_file() and (directory / MANIFEST).is_file()
+
+    if not complete():
         with cache_lock(directory):
-            if not (directory / MARKER).is_file():
+            if not complete():
                 _create(directory, data, {"url": url, "manifest_blake2b": digest})
     with _LOCK:
         _MIRRORS[os.path.abspath(directory)] = Mirror(url, directory, records,
@@ -265,7 +268,7 @@ def _create(directory: Path, manifest: bytes, marker: dict[str, str]) -> None:
         tmp.mkdir()
         (tmp / MANIFEST).write_bytes(manifest)
         (tmp / MARKER).write_text(json.dumps(marker) + "\n", encoding="utf-8")
-        if directory.exists():  # an earlier mirror without its marker: incomplete
+        if directory.exists():  # an earlier mirror without its marker or manifest
             shutil.rmtree(directory)
         os.rename(tmp, directory)
     finally:
@@ -404,6 +407,8 @@ def manifest_stamp(url: str) -> tuple[int, int]:
     from traceatlas.store.layout import MANIFEST
 
     fs, root = _filesystem(url)
+    with contextlib.suppress(Exception):  # a cached listing would hide a new upload
+        fs.invalidate_cache(f"{root}/{MANIFEST}")
     try:
         info = fs.info(f"{root}/{MANIFEST}")
     except FileNotFoundError:
