@@ -41,7 +41,9 @@ on a LocalCluster or a scheduler). An analysis opts in with a class attribute:
 The map step sends a ``RankTask`` (store path, the view's selections, a batch of ranks,
 the analysis name and its typed parameters: never data frames) to the engine; the worker
 opens the store itself (workers must see the store path: a local, shared or parallel file
-system) and runs the analysis on that batch. Only the small result tables travel back.
+system; a remote store travels as its URL and each worker fetches its batch's parts,
+``store/remote.py``) and runs the analysis on that batch. Only the small result tables
+travel back.
 Peak memory per worker is what the analysis needs for ``ranks_per_task`` ranks
 (``DEFAULT_RANKS_PER_TASK``), independent of the number of ranks in the trace; the client
 holds the partial results (the size of the final result).
