@@ -356,3 +356,19 @@ def test_worker_sees_a_store_uploaded_again(s3: dict[str, str], cache: Path) -> 
     assert len(list((cache / "remote").iterdir())) == 2
     assert first is not None and second is not None
     assert_frame_equal(first.table, second.table)
+
+
+def test_report_on_s3_matches_local(s3: dict[str, str], local_store: Path,
+                                    cache: Path) -> None:
+    """``report --format json``: the same document, the run named by its URL (the
+    suggested commands too) where the local one is named by its path."""
+    local = _cli(["report", str(local_store), "--format", "json"], s3, cache)
+    there = _cli(["report", URL, "--format", "json"], s3, cache)
+    assert local.returncode == 0 and there.returncode == 0, there.stderr
+    assert URL in there.stdout and "s3:/runs" not in there.stdout.replace(URL, "")
+    (mirror,) = (cache / "remote").iterdir()
+    named = there.stdout.replace(str(mirror), str(local_store)).replace(URL, str(local_store))
+    a, b = json.loads(local.stdout), json.loads(named)
+    for doc in (a, b):
+        doc.pop("build_s", None)
+    assert b == a

@@ -117,7 +117,8 @@ def rank_batches(ranks: Sequence[int], ranks_per_task: int) -> list[tuple[int, .
 @functools.lru_cache(maxsize=4)
 def _open(store: str, stamp: tuple[int, int]) -> Trace:
     """The store opened (and verified) once per worker process while its manifest is the
-    same file (``stamp``: inode and mtime ns)."""
+    same file (``stamp``: ``store.layout.store_stamp``, inode and mtime ns; a remote
+    store's manifest size and ETag)."""
     from traceatlas.model.trace import Trace
 
     return Trace(store)
