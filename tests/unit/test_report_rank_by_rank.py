@@ -210,7 +210,8 @@ def test_memcpy_stream_cost_per_rank_equals_all_ranks(kineto: traceatlas.Trace) 
     assert want == {r: 5 * (20_000 + 1_000 * r) for r in range(4)}
 
 
-def test_rank_unions_equal_union_per_step(kineto: traceatlas.Trace) -> None:
+def test_rank_unions_equal_union_per_step(kineto: traceatlas.Trace,
+                                          mpi: traceatlas.Trace) -> None:
     ctx = Context(kineto)
     steps = stepwise.windows(ctx)
     assert steps is not None
@@ -219,6 +220,22 @@ def test_rank_unions_equal_union_per_step(kineto: traceatlas.Trace) -> None:
     want = stepwise.union_per_step(rows, steps, name="compute")
     got = stepwise.rank_unions(ctx, kineto.ranks, keep, steps, "compute")
     assert_frame_equal(_sorted(got, "rank", "step"), _sorted(want, "rank", "step"))
+    for engine in (LocalEngine(1), LocalEngine(2)):  # batches inline
+        mapped = stepwise.rank_unions(Context(kineto, engine=engine), kineto.ranks, keep,
+                                      steps, "compute")
+        assert_frame_equal(mapped, got)
+    lo, hi = overview.span(mpi)  # 5 ranks: 2 batches in a pool, the Expr pickled
+    halves = pl.DataFrame({"rank": [r for r in mpi.ranks for _ in (0, 1)],
+                           "step": [0, 1] * len(mpi.ranks),
+                           "w_start": [lo, (lo + hi) // 2] * len(mpi.ranks),
+                           "w_end": [(lo + hi) // 2, hi] * len(mpi.ranks)}).sort("w_start")
+    is_mpi = pl.col("category").cast(pl.String) == "mpi"
+    rows = mpi.intervals.filter(is_mpi).select("rank", "start_ns", "end_ns").collect()
+    want = stepwise.union_per_step(rows, halves, name="busy")
+    pooled = stepwise.rank_unions(Context(mpi, engine=LocalEngine(2)), mpi.ranks, is_mpi,
+                                  halves, "busy")
+    assert_frame_equal(_sorted(pooled, "rank", "step"), _sorted(want, "rank", "step"))
+    assert want.height == 10
     none = stepwise.rank_unions(ctx, [1], pl.col("name") == "absent", steps, "compute")
     assert none.height == 0 and "compute" in none.columns
 

@@ -18,6 +18,8 @@ from traceatlas.advisor.base import Context
 if TYPE_CHECKING:
     import polars as pl
 
+    from traceatlas.model.trace import Trace
+
 
 def windows(ctx: Context) -> pl.DataFrame | None:
     """Step windows (``rank``, ``step``, ``w_start``, ``w_end``; ns), or None without steps."""
@@ -61,21 +63,31 @@ def union_per_step(frame: pl.DataFrame, steps: pl.DataFrame, keys: tuple[str, ..
 
 def rank_unions(ctx: Context, ranks: Iterable[int], keep: pl.Expr, steps: pl.DataFrame,
                 name: str) -> pl.DataFrame:
-    """``union_per_step`` of the intervals matching ``keep`` on each of ``ranks``, read
-    one rank's part at a time (memory: one rank's rows), concatenated in ``ranks`` order:
-    the same rows as ``union_per_step`` over every rank at once."""
+    """``union_per_step`` of the intervals matching ``keep`` on each of ``ranks``, one
+    rank's part read at a time (on the engine's workers when the context has one:
+    ``per_rank.map_ranks``), concatenated in rank order: the same rows as
+    ``union_per_step`` over every rank at once."""
     import polars as pl
 
-    parts = []
-    for rank in ranks:
-        rows = (ctx.trace.select(ranks=[rank]).intervals.filter(keep)
-                .select("rank", "start_ns", "end_ns").collect())
-        parts.append(union_per_step(rows, steps, name=name))
+    from traceatlas.advisor import per_rank
+
+    parts = per_rank.map_ranks(ctx, RANK_UNION, ranks, keep, steps, name)
     full = [p for p in parts if p.height]
     if not full:
         return parts[0] if parts else pl.DataFrame(
             schema={"rank": pl.Int64, "step": pl.Int64, name: pl.Int64})
-    return pl.concat(full)
+    frame: pl.DataFrame = pl.concat(full)
+    return frame
+
+
+RANK_UNION = "traceatlas.advisor.stepwise:rank_union"
+
+
+def rank_union(view: Trace, rank: int, keep: pl.Expr, steps: pl.DataFrame,
+               name: str) -> pl.DataFrame:
+    """The mapped per-rank step of ``rank_unions`` on ``view`` (one rank)."""
+    rows = view.intervals.filter(keep).select("rank", "start_ns", "end_ns").collect()
+    return union_per_step(rows, steps, name=name)
 
 
 def median_ms(values: Mapping[int, float] | list[float], count: list[float] | None = None

@@ -187,11 +187,8 @@ def _where_cost(ctx: Context, finding: Finding, steps: pl.DataFrame) -> dict[int
                  if finding.where.get(k)), None)
     if name is None or not finding.ranks:
         return {}
-    rows = (ctx.trace.intervals
-            .filter(pl.col("rank").is_in(finding.ranks)
-                    & (pl.col("name").cast(pl.String) == name))
-            .select("rank", "start_ns", "end_ns").collect())
-    per = stepwise.union_per_step(rows, steps, name="busy")
+    per = stepwise.rank_unions(ctx, finding.ranks, pl.col("name").cast(pl.String) == name,
+                               steps, "busy")
     totals = per.group_by("step").agg(pl.col("busy").sum())
     return {int(s): float(v) for s, v in totals.rows()}
 
