@@ -94,3 +94,29 @@ def test_direct_write_equals_staged_serial_write(traces_dir: Path, tmp_path: Pat
             assert got[rel] == want[rel], rel  # the same bytes: encodings too
     if name.startswith("nsys-ai/"):  # no MPI ranks: numbered by ingest
         assert staged, "the oracle did not stage"
+
+
+NSYS = [n for n in INPUTS if n.endswith(".sqlite")]
+
+
+@pytest.mark.parametrize("name", NSYS)
+def test_nsys_threads_give_the_serial_tables(traces_dir: Path, name: str) -> None:
+    """Processes built on threads (and tables read in rowid pieces on parallel
+    connections) give the tables of the serial read, rank by rank."""
+    from traceatlas.io.nsys import read_export
+
+    src = traces_dir / name
+    if not src.exists():
+        pytest.skip(f"{name} not in this checkout's traces")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        serial = read_export(str(src), name, threads=1)
+        threaded = read_export(str(src), name, threads=3)
+    assert len(serial) == len(threaded)
+    if name.startswith("nsys-ai/"):
+        assert len(serial) == 2  # two processes: built at the same time
+    for one, other in zip(serial, threaded, strict=True):
+        assert (one.rank, one.rank_source) == (other.rank, other.rank_source)
+        assert sorted(one.tables) == sorted(other.tables)
+        for table, rows in one.tables.items():
+            assert rows.equals(other.tables[table]), table

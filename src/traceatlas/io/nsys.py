@@ -26,6 +26,7 @@ import subprocess
 import tempfile
 import warnings
 from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -198,12 +199,14 @@ def _read(con: sqlite3.Connection, uri: str, display: str, threads: int) -> list
     names = _process_names(cat)
     shared = _shared_metadata(cat, display, meta, session, origin)
     out: list[RankData] = []
-    for proc in sorted(procs, key=lambda p: (ranks.get(p, (None, ""))[0] is None,
-                                             ranks.get(p, (0, ""))[0], p)):
+    order = sorted(procs, key=lambda p: (ranks.get(p, (None, ""))[0] is None,
+                                         ranks.get(p, (0, ""))[0], p))
+    infos = [nt.ProcessInfo(proc, host, thread_names.get(proc, {}),
+                            sorted(d for d, o in owners.items() if o == proc))
+             for proc in order]
+    built = _build_processes(events, infos, base_ns, threads)
+    for proc, tables in zip(order, built, strict=True):
         rank, rank_source = ranks.get(proc, (None, None))
-        info = nt.ProcessInfo(proc, host, thread_names.get(proc, {}),
-                              sorted(d for d, o in owners.items() if o == proc))
-        tables = nt.build_process(events, info, base_ns)
         tables["messages"] = nt.messages(events, proc, rank, base_ns, display) \
             if loaded.has_p2p else _empty("messages")
         tables["flows"] = _empty("flows")
@@ -214,6 +217,16 @@ def _read(con: sqlite3.Connection, uri: str, display: str, threads: int) -> list
         out.append(RankData(tables=tables, source_format="nsys", rank=rank,
                             rank_source=rank_source, clock=clock, host=host))
     return out
+
+
+def _build_processes(events: nt.Sorted, infos: list[nt.ProcessInfo], base_ns: int,
+                     threads: int) -> list[dict[str, pa.Table]]:
+    """``nt.build_process`` of every process, ``threads`` at a time (mostly numpy and
+    Arrow kernels, which release the GIL; it warns about nothing)."""
+    if threads <= 1 or len(infos) <= 1:
+        return [nt.build_process(events, info, base_ns) for info in infos]
+    with ThreadPoolExecutor(max_workers=min(threads, len(infos))) as pool:
+        return list(pool.map(lambda info: nt.build_process(events, info, base_ns), infos))
 
 
 def _empty(name: str) -> pa.Table:
