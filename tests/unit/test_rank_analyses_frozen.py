@@ -34,7 +34,9 @@ def frozen_run(name: str, trace: Trace, params: dict[str, Any] | None = None) ->
     module = importlib.import_module(f"traceatlas.testing.frozen_{name}")
     cls = next(v for v in vars(module).values()
                if isinstance(v, type) and getattr(v, "name", None) == name)
-    typed = registry.parse_params(registry.get_analysis(name), params or {})
+    analysis = registry.get_analysis(name)
+    typed = registry.parse_params(analysis, params or {})
+    registry.check_requirements(analysis, trace)
     result: Result = cls().run(trace, typed)
     return result
 
@@ -92,11 +94,14 @@ def _build(events: list[tuple[str, int, int, int, int, int]], rank: int) -> Trac
             b.cpu_op(("aten::item", "aten::to", "aten::copy_")[pick], s, s + 30_000 + e - s,
                      tid=tid)
         else:
-            b.annotation(f"block_{pick}", s, s + 40_000, gpu=kind == "gpu_ann", tid=tid)
+            # never two instances over one interval: which is "innermost" is then a
+            # tie the frozen copy leaves to its sort (the current one: store order)
+            b.annotation(f"block_{pick}", s, s + 40_000 - 1000 * pick - start_us % 7,
+                         gpu=kind == "gpu_ann", tid=tid)
     return b
 
 
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(event, min_size=1, max_size=25), st.lists(event, max_size=10))
 def test_equal_to_frozen_on_built_traces(tmp_path: Path, rank0: list[Any],

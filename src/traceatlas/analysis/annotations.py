@@ -114,11 +114,10 @@ def device_rows(trace: Trace) -> pl.DataFrame:
     """Device activity rows with a row id ``kid``."""
     import polars as pl
 
-    cat = pl.col("category").cast(pl.String)
     return (
-        trace.intervals.filter(cat.is_in(DEVICE_WORK))
+        trace.intervals.filter(pl.col("category").is_in(DEVICE_WORK))
         .select("rank", "track_id", "start_ns", "end_ns", "dur_ns", "correlation",
-                cat.alias("category"), pl.col("name").cast(pl.String))
+                pl.col("category").cast(pl.String), pl.col("name").cast(pl.String))
         .collect()
         .with_row_index("kid")
     )
@@ -128,9 +127,8 @@ def launch_points(trace: Trace) -> pl.LazyFrame:
     """Host launches with a correlation id: rank, track_id, at_ns (launch start), correlation."""
     import polars as pl
 
-    cat = pl.col("category").cast(pl.String)
     return trace.intervals.filter(
-        cat.is_in(LAUNCHES) & pl.col("correlation").is_not_null()
+        pl.col("category").is_in(LAUNCHES) & pl.col("correlation").is_not_null()
     ).select("rank", "track_id", pl.col("start_ns").alias("at_ns"), "correlation")
 
 
@@ -159,15 +157,7 @@ class Annotations:
         import polars as pl
 
         cats = _categories(str(params["categories"]))
-        cat = pl.col("category").cast(pl.String)
-        domain = pl.when(cat == "nvtx").then(pl.col("args").str.json_path_match("$.domain"))
-        anns = (
-            trace.intervals.filter(cat.is_in(cats))
-            .select("rank", "track_id", "start_ns", "end_ns", cat.alias("category"),
-                    domain.fill_null("").alias("domain"), pl.col("name").cast(pl.String))
-            .collect()
-            .with_row_index("span_id")
-        )
+        anns = _annotation_rows(trace, cats)
         if anns.height == 0:
             raise MissingDataError(self.name, "this trace has no annotations of categories "
                                    f"{', '.join(cats)} (record_function, NVTX ranges, "
@@ -187,21 +177,52 @@ class Annotations:
         return Result(table, extra={"kernels": kernels}, notes=notes)
 
 
-def _table(anns: pl.DataFrame, device: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
+def _annotation_rows(trace: Trace, cats: list[str]) -> pl.DataFrame:
+    """Annotation intervals of ``cats`` with ``span_id`` (row number in store order) and
+    ``domain`` (``args.domain`` of nvtx rows, '' otherwise). ``args`` is read for the
+    nvtx rows only, by a second scan of the same filter (same rows, same order)."""
     import polars as pl
 
-    lazy = anns.lazy()
-    attributed = (
-        pairs.lazy().join(lazy.select("span_id", *KEYS), on="span_id")
-        .join(device.lazy().select("kid", "start_ns", "end_ns"), on="kid")
-        .unique([*KEYS, "kid"])
+    in_cats = pl.col("category").is_in(cats)
+    anns = (
+        trace.intervals.filter(in_cats)
+        .select("rank", "track_id", "start_ns", "end_ns", pl.col("category").cast(pl.String),
+                pl.col("name").cast(pl.String))
+        .collect()
     )
-    host = lazy.filter(pl.col("category").is_in(HOST_ANNOTATIONS))
+    is_nvtx = (anns["category"] == "nvtx").fill_null(value=False)
+    domain = pl.Series("domain", [""] * anns.height, dtype=pl.String)
+    if is_nvtx.any():
+        found = (trace.intervals.filter(in_cats & (pl.col("category") == "nvtx"))
+                 .select(pl.col("args").str.json_path_match("$.domain").fill_null(""))
+                 .collect().to_series())
+        if found.len() != int(is_nvtx.sum()):  # the store changed between the two reads
+            raise InputError(str(trace.path), "the intervals changed while being read")
+        domain = domain.scatter(is_nvtx.arg_true(), found)
+    return (anns.insert_column(5, domain).select("rank", "track_id", "start_ns", "end_ns",
+                                                  "category", "domain", "name")
+            .with_row_index("span_id"))
+
+
+def _table(anns: pl.DataFrame, device: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
+    """Per annotation (``KEYS``): count, host and device unions, kernels. Spans carry an
+    integer group id (``gid``) so the unions and the deduplication run on integers."""
+    import polars as pl
+
+    groups = anns.select(KEYS).unique(maintain_order=True).with_row_index("gid")
+    keyed = anns.join(groups, on=KEYS, how="left", nulls_equal=True, maintain_order="left")
+    attributed = (
+        pairs.lazy().join(keyed.lazy().select("span_id", "gid"), on="span_id")
+        .join(device.lazy().select("kid", "start_ns", "end_ns"), on="kid")
+        .unique(["gid", "kid"])
+    )
+    host = keyed.lazy().filter(pl.col("category").is_in(HOST_ANNOTATIONS))
     frame = (
-        lazy.group_by(KEYS).agg(count=pl.len())
-        .join(union_ns(host, KEYS, "host_ns"), on=KEYS, how="left")
-        .join(union_ns(attributed, KEYS, "device_ns"), on=KEYS, how="left")
-        .join(attributed.group_by(KEYS).agg(kernels=pl.len()), on=KEYS, how="left")
+        keyed.lazy().group_by("gid").agg(count=pl.len())
+        .join(groups.lazy(), on="gid")
+        .join(union_ns(host, ["gid"], "host_ns"), on="gid", how="left")
+        .join(union_ns(attributed, ["gid"], "device_ns"), on="gid", how="left")
+        .join(attributed.group_by("gid").agg(kernels=pl.len()), on="gid", how="left")
     )
     return (
         frame.with_columns(pl.col("device_ns", "kernels").fill_null(0),
@@ -216,17 +237,24 @@ def _table(anns: pl.DataFrame, device: pl.DataFrame, pairs: pl.DataFrame) -> pl.
 
 def _kernels(anns: pl.DataFrame, device: pl.DataFrame, host_pairs: pl.DataFrame
              ) -> pl.DataFrame:
+    """Every device row with the names of the innermost and outermost host annotation
+    enclosing its launch (span ids chosen first, names looked up after). Instances over
+    the same interval: the later in store order counts as the inner one."""
     import polars as pl
 
-    spans = anns.lazy().select("span_id", "start_ns", "end_ns", "name")
+    spans = anns.lazy().select("span_id", "start_ns", "end_ns")
     ends = (
         host_pairs.lazy().join(spans, on="span_id")
-        .sort(["kid", "start_ns", "end_ns"], descending=[False, False, True])
-        .group_by("kid").agg(outermost=pl.col("name").first(),
-                             innermost=pl.col("name").last())
+        .sort(["kid", "start_ns", "end_ns", "span_id"], descending=[False, False, True, False])
+        .group_by("kid", maintain_order=True).agg(_outer=pl.col("span_id").first(),
+                             _inner=pl.col("span_id").last())
     )
+    names = anns["name"]
+    picked = ends.collect()
+    ends_named = picked.select(
+        "kid", innermost=names.gather(picked["_inner"]), outermost=names.gather(picked["_outer"]))
     return (
-        device.lazy().join(ends, on="kid", how="left")
+        device.lazy().join(ends_named.lazy(), on="kid", how="left")
         .select("rank", "correlation", "category", "name", "start_ns", "dur_ns",
                 "innermost", "outermost")
         .sort("rank", "start_ns")
