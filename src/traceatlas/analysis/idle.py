@@ -85,14 +85,18 @@ class Idle:
         import polars as pl
 
         threshold = int(params["kernel_wait_ns"])
-        # One scan of the store; every query below runs on these two in-memory frames.
+        # One scan of the store, one join of device work to its launches; every query
+        # below runs on that in-memory frame.
         device_df, launch_df = pl.collect_all([_device_work(trace), launches(trace)])
-        device, launch = device_df.lazy(), launch_df.lazy()
-        gaps = idle_gaps(trace, threshold, device=device, launch=launch)
+        linked_df = device_df.join(launch_df, on=["rank", "correlation"], how="left")
+        device = linked_df.lazy()
+        gaps = idle_gaps(trace, threshold, device=device, launch=None, linked=True)
         per_cat = [pl.col("gap_ns").filter(pl.col("category") == c).sum().alias(f"{c}_ns")
                    for c in CATEGORIES]
-        linked = device.join(launch, on=["rank", "correlation"], how="semi")
-        launch_known = linked.select("rank").unique().with_columns(matched=pl.lit(True))
+        # a launch matched: launch_ns not null (launches are unique per rank and
+        # correlation, their start never null)
+        launch_known = (device.filter(pl.col("launch_ns").is_not_null()).select("rank")
+                        .unique().with_columns(matched=pl.lit(True)))
         table = (
             device.group_by(KEYS).agg(
                 (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("span_ns"))
@@ -117,8 +121,7 @@ class Idle:
             .sort(*KEYS, "category")
         )
         unmatched = (device.join(launch_known, on="rank", how="semi")
-                     .join(launch, on=["rank", "correlation"], how="anti")
-                     .select(pl.len()))
+                     .filter(pl.col("launch_ns").is_null()).select(pl.len()))
         host_gaps = gaps.filter(pl.col("category") == "host_wait")
         table_df, stats_df, unmatched_df, host_df = pl.collect_all(
             [table, stats, unmatched, host_gaps])
@@ -152,19 +155,23 @@ def idle_gaps(
     *,
     device: pl.LazyFrame | None = None,
     launch: pl.LazyFrame | None = None,
+    linked: bool = False,
 ) -> pl.LazyFrame:
     """One row per idle interval (gap > 0 ns) on a stream: ``rank, device, stream,
     start_ns`` (the activity after the gap), ``prev_end_ns``, ``gap_ns``, ``launch_ns``
     (null without a matched launch), ``category``, ``step`` and ``name`` (of the activity
     after).
     ``device``/``launch``: frames already read (``_device_work``, ``launches``), to avoid
-    scanning the store again."""
+    scanning the store again; ``linked``: ``device`` already has ``launch_ns`` (joined
+    to ``launches``), ``launch`` is then not used."""
     import polars as pl
 
+    work = device if device is not None else _device_work(trace)
+    if not linked:
+        work = work.join(launch if launch is not None else launches(trace),
+                         on=["rank", "correlation"], how="left")
     ordered = (
-        (device if device is not None else _device_work(trace))
-        .join(launch if launch is not None else launches(trace),
-              on=["rank", "correlation"], how="left")
+        work
         .sort(*KEYS, "start_ns", "end_ns")
         .with_columns(prev_end_ns=pl.col("end_ns").cum_max().shift(1).over(KEYS))
         .with_columns(gap_ns=pl.col("start_ns") - pl.col("prev_end_ns"))
