@@ -38,7 +38,7 @@ TRACES = {
 }
 PARAMS: dict[str, list[dict[str, Any]]] = {
     "profile": [{"by": "rank"}, {"by": "name"}, {"by": "name", "all_ranks": True, "top": 5}],
-    "kernels": [{"by": "rank"}],
+    "kernels": [{"by": "rank"}, {"by": "name"}, {"by": "name", "top": 5, "memory": True}],
     "breakdown": [{}, {"by": "stream"}],
     "load_imbalance": [{}, {"metric": "inclusive", "num_ranks": 3, "all_ranks": True}],
     "message_histogram": [{}, {"scale": "log", "bins": 5}],

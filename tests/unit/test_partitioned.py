@@ -54,7 +54,7 @@ def test_concat_counts_sums_counts_keeps_other_notes() -> None:
 def test_declarations_follow_parameters() -> None:
     kernels = registry.get_analysis("kernels")
     assert is_partitioned(kernels, {"by": "rank"})
-    assert not is_partitioned(kernels, {"by": "name"})
+    assert is_partitioned(kernels, {"by": "name"})  # merged
     assert is_partitioned(registry.get_analysis("comm_matrix"), {})  # by message
     assert is_partitioned(registry.get_analysis("profile"), {"by": "name"})  # merged
     assert is_partitioned(registry.get_analysis("mpi_wait"), {})  # by message, 2 passes
@@ -119,7 +119,7 @@ def _partitioned_cases() -> Iterator[tuple[str, dict[str, str], Any, Any]]:
 def _param_sets(name: str) -> list[dict[str, str]]:
     return {"profile": [{"by": "rank"}, {"by": "name"}, {"by": "name", "all_ranks": "true",
                                                           "categories": "mpi", "top": "3"}],
-            "kernels": [{"by": "rank"}],
+            "kernels": [{"by": "rank"}, {"by": "name"}, {"by": "name", "top": "3"}],
             "load_imbalance": [{}, {"metric": "inclusive", "num_ranks": "3",
                                     "all_ranks": "true"}],
             "message_histogram": [{}, {"scale": "log", "bins": "7"}],

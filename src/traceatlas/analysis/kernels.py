@@ -10,8 +10,10 @@ sample); ``p50_ns`` and ``p95_ns`` percentiles with linear interpolation; ``shar
 = total_ns / busy * 100, where busy is the union of all device activity (kernels, comm
 kernels, memcpy, memset) of the rank (``by=name``: the sum of every rank's union). The
 shares of concurrent kernels can add up to more than 100. ``bimodal``: see below.
-Mean, std and percentiles are rounded to the nearest ns. ``top=N`` keeps the N names with
-the largest total per rank (``by=name``: overall); 0 keeps all.
+Mean, std and percentiles are rounded to the nearest ns; the std comes from exact integer
+sums (count, sum and sum of squares in 128-bit integers), so it does not depend on the
+order of the calls. ``top=N`` keeps the N names with the largest total per rank
+(``by=name``: overall; ties by name, then category); 0 keeps all.
 
 Extra table ``histogram``: per group, the non-empty bins of a fixed log-spaced grid with
 ``BINS_PER_DECADE`` bins per decade: bin b holds durations d with 10^(b/10) <= d <
@@ -28,6 +30,12 @@ the calls on each side, slow median >= 1.5x fast median, slow calls' excess over
 median >= 5 % of the device busy time; at least 10 calls of that shape). Extra table
 ``modes``: that split for every (group, shape) with at least 10 calls (``kernel_modes``).
 
+Partitioned (``analysis.partitioned``): ``by=rank`` runs per batch of ranks and the tables
+concatenate; ``by=name`` sends, per batch, each (name, category, shape) group's durations
+as one int64 list (in the batch's row order) and the batch's device busy ns; the merge
+puts the durations of every batch back as rows and computes the statistics, ``top``, the
+histogram and the two-mode split with the same functions as the whole run.
+
 Differences from HTA's ``get_gpu_kernel_breakdown``: no "others" row (HTA folds kernels
 past ``num_kernels`` or past the 80 % cumulative-duration quantile into "others"); memory
 activity is optional as in HTA (``include_memory_kernels``, off by default); HTA's
@@ -38,12 +46,13 @@ no percentiles, histogram or bimodality.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import MAX_COUNT, Param, Result
 from traceatlas.analysis.kernel_modes import modes
 from traceatlas.analysis.kernel_shapes import with_shapes
+from traceatlas.analysis.partitioned import concat
 from traceatlas.analysis.requirements import DEVICE_WORK
 from traceatlas.ops.unions import union_ns
 
@@ -80,40 +89,79 @@ class Kernels:
     )
     requires = ("device",)
     partition = "rank"
-    """Per rank: results concatenate (``analysis.partitioned``)."""
-
-    def partition_for(self, params: Mapping[str, Any]) -> str:
-        """``by=rank`` is per rank; ``by=name`` combines ranks (whole trace)."""
-        return "rank" if params["by"] == "rank" else "trace"
+    """Per rank (``by=rank``: results concatenate) or merged (``by=name``: ``partial``
+    sends each group's durations, ``merge`` computes the statistics over all batches)."""
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """Statistics per group, the histogram and the bimodality flag."""
+        keys = list(GROUPINGS[str(params["by"])])
+        device, rows = _device_rows(trace, bool(params["memory"]))
+        busy = _busy(device, by_rank="rank" in keys).collect().lazy()  # used twice
+        return _finish(rows, keys, busy, int(params["top"]),
+                       lambda kept: with_shapes(trace.intervals, kept))
+
+    def partial(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """A batch's share: ``by=rank`` the result; ``by=name`` one row per (name,
+        category, shape) with its durations (``dur_ns``: list of int64, the batch's row
+        order) and extra ``busy`` (one row: the batch's summed per-rank busy ns)."""
+        if params["by"] == "rank":
+            return self.run(trace, params)
         import polars as pl
 
-        keys = list(GROUPINGS[str(params["by"])])
-        cats = KERNEL_CATEGORIES + (MEMORY_CATEGORIES if params["memory"] else ())
-        cat = pl.col("category").cast(pl.String)
-        device = trace.intervals.filter(cat.is_in(DEVICE_WORK)).select(
-            "rank", pl.col("name").cast(pl.String), cat.alias("category"),
-            "start_ns", "end_ns", "dur_ns", "correlation", "external_id")
-        rows = device.filter(pl.col("category").is_in(cats))
-        busy = _busy(device, by_rank="rank" in keys).collect().lazy()  # used twice
-        lazy = _stats(rows, keys, busy)
-        stats = _top(lazy, int(params["top"]), "rank" in keys).collect()
-        chosen = stats.lazy().select(keys)
-        kept = rows.join(chosen, on=keys, how="semi")
-        shaped = with_shapes(trace.intervals, kept)
-        hist, split = pl.collect_all([_histogram(kept, keys), modes(shaped, keys, busy)])
-        order = ["rank"] if "rank" in keys else []
-        flag = split.group_by(keys).agg(pl.col("bimodal").any())
-        table = (stats.join(flag, on=keys, how="left")
-                 .with_columns(pl.col("bimodal").fill_null(False))
-                 .sort([*order, "total_ns", "name"], descending=[*[False] * len(order),
-                                                                 True, False]))
-        return Result(table, extra={"histogram": hist.drop("_bin"), "modes": split},
-                      notes=["share_pct: % of the rank's device busy time (union of all "
-                             "device activity); bimodal: two-mode split of the log "
-                             "durations (table modes; docs/definitions.md)"])
+        device, rows = _device_rows(trace, bool(params["memory"]))
+        calls = (with_shapes(trace.intervals, rows)
+                 .group_by("name", "category", "shape", maintain_order=True)
+                 .agg(pl.col("dur_ns")))
+        table, busy = pl.collect_all([calls, _busy(device, by_rank=False)])
+        return Result(table, extra={"busy": busy})
+
+    def merge(self, partials: Sequence[Result], params: Mapping[str, Any]) -> Result:
+        """``by=rank``: ``concat``; ``by=name``: every batch's durations back as rows (in
+        batch order), then the whole run's statistics over them."""
+        if params["by"] == "rank":
+            return concat(partials)
+        import polars as pl
+
+        calls = pl.concat([p.table for p in partials], how="vertical")
+        busy_ns = sum(int(p.extra["busy"]["busy_ns"].sum()) for p in partials)
+        busy = pl.LazyFrame({"busy_ns": [busy_ns]}, schema={"busy_ns": pl.Int64})
+        return _finish(calls.lazy().explode("dur_ns"), list(GROUPINGS["name"]), busy,
+                       int(params["top"]), lambda kept: kept)
+
+
+def _device_rows(trace: Trace, memory: bool) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """(all device activity, the rows this analysis lists): columns rank, name,
+    category (strings), start_ns, end_ns, dur_ns, correlation, external_id."""
+    import polars as pl
+
+    cats = KERNEL_CATEGORIES + (MEMORY_CATEGORIES if memory else ())
+    cat = pl.col("category").cast(pl.String)
+    device = trace.intervals.filter(cat.is_in(DEVICE_WORK)).select(
+        "rank", pl.col("name").cast(pl.String), cat.alias("category"),
+        "start_ns", "end_ns", "dur_ns", "correlation", "external_id")
+    return device, device.filter(pl.col("category").is_in(cats))
+
+
+def _finish(rows: pl.LazyFrame, keys: list[str], busy: pl.LazyFrame, top: int,
+            shapes: Callable[[pl.LazyFrame], pl.LazyFrame]) -> Result:
+    """The result from the listed ``rows`` (``*keys, dur_ns``, more columns allowed) and
+    ``busy`` (``rank, busy_ns`` per rank, or one ``busy_ns``): statistics, ``top``, the
+    histogram and the two-mode split of the kept rows (``shapes`` adds their ``shape``)."""
+    import polars as pl
+
+    stats = _top(_stats(rows, keys, busy), top, "rank" in keys).collect()
+    kept = rows.join(stats.lazy().select(keys), on=keys, how="semi")
+    hist, split = pl.collect_all([_histogram(kept, keys), modes(shapes(kept), keys, busy)])
+    order = ["rank"] if "rank" in keys else []
+    flag = split.group_by(keys).agg(pl.col("bimodal").any())
+    table = (stats.join(flag, on=keys, how="left")
+             .with_columns(pl.col("bimodal").fill_null(False))
+             .sort([*order, "total_ns", "name", "category"],
+                   descending=[*[False] * len(order), True, False, False]))
+    return Result(table, extra={"histogram": hist.drop("_bin"), "modes": split},
+                  notes=["share_pct: % of the rank's device busy time (union of all "
+                         "device activity); bimodal: two-mode split of the log "
+                         "durations (table modes; docs/definitions.md)"])
 
 
 def _busy(device: pl.LazyFrame, by_rank: bool) -> pl.LazyFrame:
@@ -135,10 +183,10 @@ def _stats(rows: pl.LazyFrame, keys: list[str], busy: pl.LazyFrame) -> pl.LazyFr
     frame = rows.group_by(keys).agg(
         pl.len().cast(pl.Int64).alias("count"),
         dur.sum().alias("total_ns"),
-        rounded(dur.mean(), "mean_ns"),
+        rounded(dur.sum() / pl.len(), "mean_ns"),
         dur.min().alias("min_ns"),
         dur.max().alias("max_ns"),
-        rounded(dur.std(ddof=1).fill_null(0.0), "std_ns"),
+        rounded(_std(dur), "std_ns"),
         rounded(dur.quantile(0.5, "linear"), "p50_ns"),
         rounded(dur.quantile(0.95, "linear"), "p95_ns"),
     )
@@ -151,13 +199,31 @@ def _stats(rows: pl.LazyFrame, keys: list[str], busy: pl.LazyFrame) -> pl.LazyFr
         "p95_ns", "share_pct")
 
 
+def _std(dur: pl.Expr) -> pl.Expr:
+    """Sample standard deviation (n - 1) of ``dur`` per group from exact sums:
+    sqrt((n * sum(d^2) - sum(d)^2) / (n (n - 1))), the numerator in 128-bit integers (exact
+    while the sum of squares stays below 2^127 ns^2), so any order of the calls gives the
+    same float; 0 for one call."""
+    import polars as pl
+
+    d = dur.cast(pl.Int128)
+    n = pl.len().cast(pl.Int128)
+    s = d.sum()
+    numerator = (n * (d * d).sum() - s * s).cast(pl.Float64)
+    var = numerator / (n * (n - 1)).cast(pl.Float64)
+    return pl.when(pl.len() > 1).then(var.sqrt()).otherwise(0.0)
+
+
 def _top(stats: pl.LazyFrame, top: int, by_rank: bool) -> pl.LazyFrame:
+    """The ``top`` groups with the largest ``total_ns`` (per rank when ``by_rank``); ties
+    by name, then category, so the choice does not depend on row order."""
     import polars as pl
 
     if top <= 0:
         return stats
-    rank = pl.col("total_ns").rank("ordinal", descending=True)
-    return stats.filter((rank.over("rank") if by_rank else rank) <= top)
+    place = pl.int_range(pl.len())
+    ordered = stats.sort(["total_ns", "name", "category"], descending=[True, False, False])
+    return ordered.filter((place.over("rank") if by_rank else place) < top)
 
 
 def _edges() -> pl.LazyFrame:

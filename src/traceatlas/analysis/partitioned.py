@@ -18,8 +18,8 @@ on a LocalCluster or a scheduler). An analysis opts in with a class attribute:
     ``analysis.partitioned_view`` builds both views.
 
 ``partition_for(params) -> str`` (optional)
-    The same declaration when it depends on a parameter (``kernels`` with ``by=rank`` is
-    per rank, with ``by=name`` it combines ranks): overrides ``partition``.
+    The same declaration when it depends on a parameter (per rank for one value, whole
+    for another): overrides ``partition``.
 
 ``partial(trace, params) -> Result`` (optional)
     The map step when it is not ``run`` itself: what one batch sends back for the merge
