@@ -20,8 +20,9 @@ Main table, one row per rank, category, domain and annotation name:
 
 Extra table ``kernels``: every device activity row (rank, correlation, category, name,
 start_ns, dur_ns) with the ``innermost`` and ``outermost`` host annotation (annotation /
-nvtx) enclosing its launch (latest-starting and earliest-starting enclosing instance);
-null when the launch is in none.
+nvtx) enclosing its launch (latest-starting and earliest-starting enclosing instance; at
+equal starts the shorter is inner; of instances over the same interval, the later in store
+order); null when the launch is in none.
 
 Intervals joins are as-of joins per annotation nesting level (annotations nest on a
 thread, so the instances of one level are disjoint): no pairwise range join.
