@@ -308,3 +308,38 @@ def test_graph_launches_counted_per_rank(tmp_path: Path) -> None:
     assert short_kernels.check(ctx) == []  # too few launches; it counts the graphs
     assert vars(ctx)[short_kernels.GRAPHS_KEY] == {0: 1, 1: 2, 2: 3}
     assert critical_path._graph_launches(ctx, [1, 2]) == 5
+
+
+def test_step_view_rows_equal_the_exact_step_condition(tmp_path: Path) -> None:
+    """``select(step=N)`` adds a coarse bound Parquet statistics can prune with (the
+    union of the ranks' spans, or the ``step`` column): the rows are those of the exact
+    per-rank condition alone (the oracle below), zero-length intervals at a span start
+    and device work running past the span included."""
+    from traceatlas.ops import select as sel_ops
+
+    builders = []
+    for rank in range(3):
+        b = TraceBuilder(rank, 3, base_time_ns=BASE)
+        for i in range(3):
+            t = 100_000 + i * 300_000 + rank * 7_000
+            b.step(i, t, t + 200_000)
+            b.cpu_op("aten::zero", t, t)  # zero-length, at the span start
+            b.launch("void late()", t + 190_000, 5_000, t + 260_000, 30_000)  # past it
+            b.cpu_op("aten::between", t + 210_000, t + 220_000)  # between two steps
+        builders.append(b)
+    paths = write_multi_rank(tmp_path / "in", builders)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trace = traceatlas.open(traceatlas.ingest(paths, tmp_path / "store",
+                                                  engine=LocalEngine(1)))
+    for step in range(3):
+        view = trace.select(step=step)
+        sel = view.selections[-1]
+        lo, hi = pl.col("start_ns"), pl.col("end_ns")
+        exact = sel_ops._step_span(sel, lo, hi) | (pl.col("step") == step)
+        want = trace.intervals.filter(exact).collect()
+        got = view.intervals.collect()
+        assert_frame_equal(got, want)
+        names = set(got["name"].cast(pl.String).to_list())
+        assert {"aten::zero", "void late()"} <= names
+        assert got.filter(pl.col("name").cast(pl.String) == "aten::zero").height == 3

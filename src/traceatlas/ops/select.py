@@ -530,8 +530,23 @@ def _intervals(sel: Selection) -> Expr | None:
     parts += _window(sel, lo, hi)
     span = _step_span(sel, lo, hi)
     if span is not None:
+        parts.append(_step_bounds(sel, lo, hi))
         parts.append(span | (pl.col("step") == sel.step))
     return _all(parts)
+
+
+def _step_bounds(sel: Selection, lo: Expr, hi: Expr) -> Expr:
+    """A superset of the step condition that Parquet statistics can prune row groups
+    with (the per-rank spans cannot be pushed into the reader): the row overlaps the
+    union of the ranks' spans, or its ``step`` column is the step. Without it, a step
+    view decodes every selected rank's columns whole before filtering."""
+    import polars as pl
+
+    if not sel.step_spans:  # no rank has the step's span: only its ``step`` rows
+        return pl.col("step") == sel.step
+    first = min(s for _, s, _ in sel.step_spans)
+    last = max(e for _, _, e in sel.step_spans)
+    return ((lo < last) & (hi >= first)) | (pl.col("step") == sel.step)
 
 
 def _timed(pseudo: str | None) -> Callable[[Selection], Expr | None]:
