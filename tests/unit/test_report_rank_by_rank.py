@@ -343,3 +343,11 @@ def test_step_view_rows_equal_the_exact_step_condition(tmp_path: Path) -> None:
         names = set(got["name"].cast(pl.String).to_list())
         assert {"aten::zero", "void late()"} <= names
         assert got.filter(pl.col("name").cast(pl.String) == "aten::zero").height == 3
+
+
+def test_report_span_is_the_advisor_window(kineto: traceatlas.Trace,
+                                           mpi: traceatlas.Trace) -> None:
+    """The report takes its span from the advisor context's window (one scan shared):
+    the same numbers as ``overview.span``."""
+    for trace in (kineto, mpi, kineto.select(ranks=[3])):
+        assert Context(trace).window == overview.span(trace)

@@ -196,7 +196,7 @@ def build_run(name: str, results: Results, *, top_findings: int = TOP_FINDINGS,
               top_kernels: int = TOP_KERNELS) -> RunReport:
     """The report of one run from its (shared) analysis results."""
     trace = results.trace
-    lo, hi = overview.span(trace)
+    lo, hi = results.context.window  # = overview.span, one scan shared with the advisor
     run = RunReport(name, str(trace.path), trace.source_format, list(trace.ranks), lo, hi - lo)
     act = overview.activity(trace)
     sections: dict[str, Callable[[], None]] = {
