@@ -54,6 +54,7 @@ from traceatlas.analysis import idle_causes
 from traceatlas.analysis.base import MAX_NS, Param, Result
 from traceatlas.analysis.partitioned import concat_counts
 from traceatlas.analysis.requirements import DEVICE_WORK
+from traceatlas.ops.key_lookup import lookup
 from traceatlas.ops.unions import union_ns
 
 if TYPE_CHECKING:
@@ -88,7 +89,10 @@ class Idle:
         # One scan of the store, one join of device work to its launches; every query
         # below runs on that in-memory frame.
         device_df, launch_df = pl.collect_all([_device_work(trace), launches(trace)])
-        linked_df = device_df.join(launch_df, on=["rank", "correlation"], how="left")
+        looked = lookup(launch_df["rank"], launch_df["correlation"], launch_df["launch_ns"],
+                        device_df["rank"], device_df["correlation"])
+        linked_df = (device_df.join(launch_df, on=["rank", "correlation"], how="left")
+                     if looked is None else device_df.with_columns(looked))
         device = linked_df.lazy()
         gaps = idle_gaps(trace, threshold, device=device, launch=None, linked=True)
         per_cat = [pl.col("gap_ns").filter(pl.col("category") == c).sum().alias(f"{c}_ns")
