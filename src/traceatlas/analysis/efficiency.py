@@ -75,6 +75,13 @@ Extra tables: ``per_rank`` (scope, side, rank, device, useful_ns, comm_ns, comm_
 transfer_ns, idle_ns, active_ns, runtime_ns; host comm = MPI time, idle = T_p - useful -
 comm, active = useful + comm, comm_kernel_ns and transfer_ns null; device comm =
 comm_kernel_ns + transfer_ns), ``per_thread`` (rank, track_id, useful_ns).
+
+Engines (``analysis.partitioned``): declared ``partition = "message"`` with two passes, so
+``--engine local`` / ``dask`` run it in rank batches: the region's global values (T, the
+window) from ``prepare``/``prepared`` (``efficiency_region``), per-thread / per-rank /
+per-device ns and the replay's inputs (MPI calls, each message once) from ``partial``
+(``efficiency_partial``); ``merge`` computes every row, the replay included. ``run`` is
+the same code on one batch holding every rank. Bound: docs/definitions.md.
 """
 
 from __future__ import annotations
