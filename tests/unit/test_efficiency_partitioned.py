@@ -257,3 +257,11 @@ def test_registry_runs_efficiency_in_batches(gpu: traceatlas.Trace) -> None:
     assert is_partitioned(eff, registry.parse_params(eff, {}))
     got = analysis.run("efficiency", gpu, {"region": "step:1"}, engine=LocalEngine(1))
     assert_same(got, Frozen().run(gpu, registry.parse_params(eff, {"region": "step:1"})))
+
+
+def test_gpu_client_window_view(gpu: traceatlas.Trace) -> None:
+    """A clipped window view (the client's selection, re-applied by every batch)."""
+    start = int(gpu.intervals.select(pl.col("start_ns").min()).collect().item())
+    view = gpu.select(window=(start + 20 * MS, start + 80 * MS), clip=True)
+    check(view, {})
+    check(view, {"region": "window:30ms:60ms"})
