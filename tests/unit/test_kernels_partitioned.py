@@ -164,3 +164,12 @@ def test_std_from_exact_sums_has_no_cancellation(tmp_path: Path) -> None:
     row = whole.table.to_dicts()[0]
     assert (row["std_ns"], row["mean_ns"], row["p50_ns"]) == (1, big + 1, big + 1)
     assert math.isclose(row["share_pct"], 100.0)
+
+
+def test_equal_totals_sort_by_name_as_strings(tmp_path: Path) -> None:
+    """The merge codes names (Enums in sorted order): equal totals still come out in the
+    strings' byte order (upper case first, non-ASCII last), whole and partitioned."""
+    calls = {0: [("b", 1_000), ("é", 1_000)], 1: [("a", 1_000)], 2: [("B", 1_000)]}
+    whole = _all_ways(_open(tmp_path, calls))
+    assert whole.table["name"].to_list() == ["B", "a", "b", "é"]
+    assert whole.table["name"].dtype == pl.String

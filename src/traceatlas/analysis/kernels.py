@@ -123,10 +123,23 @@ class Kernels:
         import polars as pl
 
         calls = pl.concat([p.table for p in partials], how="vertical")
+        # Keys as Enums (4 bytes a row once exploded) whose order is the strings' order,
+        # so sorts and ties go as on the strings; strings again in the result.
+        text = ("name", "category", "shape")
+        calls = calls.with_columns(
+            pl.col(c).cast(pl.Enum(sorted(calls[c].drop_nulls().unique().to_list())))
+            for c in text)
         busy_ns = sum(int(p.extra["busy"]["busy_ns"].sum()) for p in partials)
         busy = pl.LazyFrame({"busy_ns": [busy_ns]}, schema={"busy_ns": pl.Int64})
-        return _finish(calls.lazy().explode("dur_ns"), list(GROUPINGS["name"]), busy,
-                       int(params["top"]), lambda kept: kept)
+        result = _finish(calls.lazy().explode("dur_ns"), list(GROUPINGS["name"]), busy,
+                         int(params["top"]), lambda kept: kept)
+
+        def strings(frame: pl.DataFrame) -> pl.DataFrame:
+            return frame.with_columns(pl.col(c).cast(pl.String) for c in text
+                                      if c in frame.columns)
+
+        return Result(strings(result.table), {k: strings(v) for k, v in result.extra.items()},
+                      result.notes)
 
 
 def _device_rows(trace: Trace, memory: bool) -> tuple[pl.LazyFrame, pl.LazyFrame]:
