@@ -204,3 +204,25 @@ def test_every_partitioned_analysis_on_256_ranks_dask_2_workers(
     assert {"profile", "load_imbalance", "comm_matrix", "comm_by_rank", "message_histogram",
             "comm_over_time", "mpi_wait", "time_profile", "phases",
             "efficiency"} <= set(checked), checked
+
+
+def test_sized_batches_close_on_rows_and_on_rank_count() -> None:
+    from traceatlas.analysis.partitioned import sized_batches
+
+    rows = {0: 3, 1: 3, 2: 9, 3: 1, 4: 1, 5: 1, 6: 1, 7: 1}
+    # budget 6 rows, 3 ranks: [0,1] (3+3), [2] alone (9 > 6), [3,4,5] (count cap), [6,7]
+    assert sized_batches(list(range(8)), rows, 3, 6) == [(0, 1), (2,), (3, 4, 5), (6, 7)]
+    # without row records the count cap alone decides (rank_batches' cut)
+    assert sized_batches(list(range(8)), {}, 3, 6) == rank_batches(list(range(8)), 3)
+
+
+def test_rank_rows_add_every_table_of_a_rank() -> None:
+    from traceatlas.analysis.partitioned import rank_rows
+
+    manifest = {"parts": [
+        {"path": "intervals/rank=0/part-0.parquet", "rows": 5},
+        {"path": "flows/rank=0/part-0.parquet", "rows": 2},
+        {"path": "intervals/rank=12/part-0.parquet", "rows": 7},
+        {"path": "metadata/part-0.parquet", "rows": 1},  # no rank: not counted
+    ]}
+    assert rank_rows(manifest) == {0: 7, 12: 7}

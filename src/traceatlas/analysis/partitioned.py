@@ -44,12 +44,14 @@ opens the store itself (workers must see the store path: a local, shared or para
 system; a remote store travels as its URL and each worker fetches its batch's parts,
 ``store/remote.py``) and runs the analysis on that batch. Only the small result tables
 travel back.
-Peak memory per worker is what the analysis needs for ``ranks_per_task`` ranks
-(``DEFAULT_RANKS_PER_TASK``), independent of the number of ranks in the trace; the client
-holds the partial results (the size of the final result).
+Peak memory per worker is what the analysis needs for one batch: at most
+``DEFAULT_RANKS_PER_TASK`` ranks and ``ROWS_PER_TASK`` stored rows (the manifest's
+counts; a bigger rank runs alone: ``trace_batches``), independent of the number of ranks
+in the trace; the client holds the partial results (the size of the final result).
 
 API: ``is_partitioned(analysis, params)``, ``partition_of``,
-``run_partitioned(analysis, trace, params, engine)``, ``rank_batches``, ``RankTask`` /
+``run_partitioned(analysis, trace, params, engine)``, ``rank_batches``,
+``trace_batches`` / ``sized_batches`` / ``rank_rows``, ``RankTask`` /
 ``run_task`` (the mapped function), ``batch_view``, ``concat``, ``concat_counts``, ``summed_notes``,
 ``batch_ranks``.
 """
@@ -75,7 +77,11 @@ MESSAGE = "message"
 """``partition`` value: each message read on the one rank whose part stores it."""
 PARTITIONS = (RANK, MESSAGE)
 DEFAULT_RANKS_PER_TASK = 4
-"""Ranks one task reads at once: tasks stay coarse, memory stays bounded by 4 ranks."""
+"""Ranks one task reads at most at once: tasks stay coarse, memory stays bounded by 4 ranks."""
+ROWS_PER_TASK = 4_000_000
+"""Stored rows (every table, from the manifest) one task reads at most, unless one rank
+alone has more: big ranks (a 1 GB Kineto file is ~3.9 M rows) run one a task, so peak
+memory follows the largest rank, not ``DEFAULT_RANKS_PER_TASK`` of them."""
 
 
 def partition_of(analysis: Analysis, params: Mapping[str, Any] | None = None) -> str:
@@ -112,6 +118,42 @@ def rank_batches(ranks: Sequence[int], ranks_per_task: int) -> list[tuple[int, .
     """``ranks`` (ascending) cut into consecutive batches of at most ``ranks_per_task``."""
     size = max(1, ranks_per_task)
     return [tuple(ranks[i:i + size]) for i in range(0, len(ranks), size)]
+
+
+def rank_rows(manifest: Mapping[str, Any]) -> dict[int, int]:
+    """Stored rows per rank over every table, from the manifest's part records
+    (``<table>/rank=<r>/<file>``: ``rows``); ranks without records are absent."""
+    rows: dict[int, int] = {}
+    for part in manifest.get("parts") or ():
+        match = re.search(r"(?:^|/)rank=(-?\d+)/", str(part.get("path", "")))
+        if match:
+            rank = int(match.group(1))
+            rows[rank] = rows.get(rank, 0) + int(part.get("rows") or 0)
+    return rows
+
+
+def sized_batches(ranks: Sequence[int], rows: Mapping[int, int],
+                  ranks_per_task: int = DEFAULT_RANKS_PER_TASK,
+                  rows_per_task: int = ROWS_PER_TASK) -> list[tuple[int, ...]]:
+    """``ranks`` (ascending) cut into consecutive batches of at most ``ranks_per_task``
+    ranks whose ``rows`` (missing: 0) add up to at most ``rows_per_task``; a rank with
+    more rows than that is a batch alone."""
+    out: list[list[int]] = []
+    total = 0
+    for rank in ranks:
+        size = int(rows.get(rank, 0))
+        if not out or len(out[-1]) >= max(1, ranks_per_task) or total + size > rows_per_task:
+            out.append([])
+            total = 0
+        out[-1].append(rank)
+        total += size
+    return [tuple(batch) for batch in out]
+
+
+def trace_batches(trace: Trace, ranks: Sequence[int],
+                  ranks_per_task: int = DEFAULT_RANKS_PER_TASK) -> list[tuple[int, ...]]:
+    """``sized_batches`` of ``ranks`` with the rows ``trace``'s store records per rank."""
+    return sized_batches(ranks, rank_rows(trace.manifest), ranks_per_task)
 
 
 @functools.lru_cache(maxsize=4)
@@ -233,7 +275,7 @@ def run_partitioned(analysis: Analysis, trace: Trace, params: Mapping[str, Any],
         ranks = sorted(int(r) for r in trace.manifest["ranks"])
     if len(ranks) <= 1:
         return analysis.run(trace, params)
-    batches = rank_batches(ranks, ranks_per_task)
+    batches = trace_batches(trace, ranks, ranks_per_task)
 
     def tasks(step: str, given: Mapping[str, Any]) -> list[RankTask]:
         items = tuple(sorted(given.items()))
