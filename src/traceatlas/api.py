@@ -38,6 +38,9 @@ def open(
         return Trace(location)  # a path, file:// or a remote store's mirror (opened once)
     sources = resolve_inputs(paths)
     store = cache_path(paths)
+    from traceatlas.engine.local import check_not_bootstrapping
+
+    check_not_bootstrapping()  # a worker re-running an unguarded script: fail, never wait
     tempfiles.sweep_siblings(store.parent)  # debris of cache fills killed by SIGKILL
     with cache_lock(store):
         trace = _reuse(store, sources)

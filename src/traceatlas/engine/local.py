@@ -84,6 +84,21 @@ class LocalEngine(Engine):
         return out  # type: ignore[return-value]
 
 
+GUARD_PROBLEM = (
+    "traceatlas was called while a worker process was starting: worker processes re-import "
+    "the script that started them, so a script calling traceatlas needs an "
+    "`if __name__ == '__main__':` guard"
+)
+
+
+def check_not_bootstrapping() -> None:
+    """Raise ``EngineError`` when this process is a spawned worker still importing its
+    parent's main script (a script without a ``__main__`` guard): the call would wait
+    forever on a lock its parent holds (the ingest cache) instead of failing."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise EngineError(GUARD_PROBLEM)
+
+
 def _end_workers(pool: ProcessPoolExecutor | None) -> None:
     """Cancel queued work and end the running workers: SIGTERM (they unwind), SIGKILL
     after the grace period; then sweep the staging files ended workers left (also after a
