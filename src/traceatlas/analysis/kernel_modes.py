@@ -53,18 +53,27 @@ MIN_EXCESS_PCT = 5.0
 
 
 def modes(rows: pl.LazyFrame, keys: list[str], busy: pl.LazyFrame) -> pl.LazyFrame:
-    """The ``modes`` table (module docstring) of ``rows`` (``*keys, dur_ns``) per group,
-    and per ``shape`` too when ``rows`` has that column (``kernel_shapes``);
-    ``busy``: columns ``rank, busy_ns`` when ``rank`` is a key, else one ``busy_ns``.
-    Computed eagerly: durations sorted per group (Polars), then numpy prefix sums give
-    every cut's within-group variance at once."""
+    """The ``modes`` table (module docstring) of ``rows`` (``*keys, dur_ns, n``: each
+    distinct duration once with its number of calls ``n``; without ``n``, one row a
+    call) per group, and per ``shape``
+    too when ``rows`` has that column (``kernel_shapes``); ``busy``: columns ``rank,
+    busy_ns`` when ``rank`` is a key, else one ``busy_ns``. Computed eagerly on the
+    distinct durations (never one row a call): the cut is searched at the ends of the runs
+    of equal durations and at the two fraction bounds (inside a run the within-group
+    variance is concave in the cut, so its least value is at one of these)."""
     import polars as pl
 
-    if "shape" in rows.collect_schema().names():
+    names = rows.collect_schema().names()
+    if "shape" in names:
         keys = [*keys, "shape"]  # one split per input shape: shapes are not modes
-    groups = (rows.group_by(keys).agg(_d=pl.col("dur_ns").sort(), _n=pl.len())
+    if "n" not in names:  # one row a call
+        rows = rows.group_by(*keys, "dur_ns").agg(pl.len().cast(pl.Int64).alias("n"))
+    groups = (rows.group_by(keys).agg(_d=pl.col("dur_ns").sort(),
+                                      _w=pl.col("n").sort_by("dur_ns"),
+                                      _n=pl.col("n").sum(), _m=pl.len())
               .filter(pl.col("_n") >= MIN_SAMPLES).sort(keys, nulls_last=True).collect())
-    split = _split(groups["_d"].explode().to_numpy(), groups["_n"].to_numpy())
+    split = _split(groups["_d"].explode().to_numpy(), groups["_w"].explode().to_numpy(),
+                   groups["_m"].to_numpy(), groups["_n"].to_numpy())
     stats = pl.concat([groups.select(keys), pl.DataFrame(split)], how="horizontal").lazy()
     stats = (stats.join(busy, on="rank", how="left") if "rank" in keys
              else stats.join(busy, how="cross"))
@@ -84,56 +93,84 @@ COLUMNS = ("fast_count", "slow_count", "fast_median_ns", "slow_median_ns", "fast
            "fast_max_ns", "slow_min_ns", "slow_max_ns", "separation", "excess_ns")
 
 
-def _split(d: np.ndarray, counts: np.ndarray) -> dict[str, np.ndarray]:
-    """Per group (``counts[i]`` consecutive durations of ``d``, sorted within the group,
-    each group >= MIN_SAMPLES): the best cut of the log durations and each side's
-    numbers (``COLUMNS``)."""
-    d, counts = d.astype(np.int64), counts.astype(np.int64)
+def _split(d: np.ndarray, w: np.ndarray, sizes: np.ndarray,
+           counts: np.ndarray) -> dict[str, np.ndarray]:
+    """Per group (``sizes[i]`` consecutive distinct durations of ``d``, sorted within the
+    group, ``w`` calls each, ``counts[i]`` >= MIN_SAMPLES calls in all): the best cut of
+    the log durations and each side's numbers (``COLUMNS``). Cut k = calls at or below."""
+    d, w = d.astype(np.int64), w.astype(np.int64)
+    sizes, counts = sizes.astype(np.int64), counts.astype(np.int64)
     if len(counts) == 0:
         return {c: np.zeros(0, np.float64 if c == "separation" else np.int64)
                 for c in COLUMNS}
-    n_rows = len(d)
-    starts = np.r_[0, np.cumsum(counts)[:-1]]
-    g = np.repeat(np.arange(len(counts)), counts)
+    n_groups = len(counts)
+    starts = np.r_[0, np.cumsum(sizes)[:-1]]                 # first row of each group
+    ends = starts + sizes
+    call0 = np.r_[0, np.cumsum(counts)[:-1]]                 # calls before each group
+    wc = np.cumsum(w)                                        # calls up to each row
     x = np.log(np.maximum(d, 1).astype(np.float64))
-    x -= np.repeat(np.add.reduceat(x, starts) / counts, counts)  # centred: exact sums
-    start_of = np.repeat(starts, counts)
-    k = np.arange(n_rows) - start_of + 1                    # calls at or below the cut
-    n = np.repeat(counts, counts)
+    x -= np.repeat(np.add.reduceat(x * w, starts) / counts, sizes)  # centred
+    cx, cq, cd = _before(x * w, starts, ends), _before(x * x * w, starts, ends), \
+        _before(d * w, starts, ends)
 
-    def within_group(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(prefix sum inside the group, group total), per row."""
-        cum = np.cumsum(values)
-        before = np.r_[0.0, cum][start_of]
-        return cum - before, np.repeat(np.add.reduceat(values, starts), counts)
+    def row_of(g: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(row holding the k-th call of group g (k >= 1), calls of that row up to it)."""
+        r = np.searchsorted(wc, call0[g] + k, side="left")
+        return r, call0[g] + k - (wc[r] - w[r])
 
-    (s1, s), (q1, q) = within_group(x), within_group(x * x)
-    least = np.maximum(1, np.ceil(n * MODE_MIN_FRACTION))
-    valid = (k >= least) & (n - k >= least)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        within = (q1 - s1 * s1 / k) + ((q - q1) - (s - s1) ** 2 / (n - k))
-    within = np.where(valid, within, np.inf)
-    best = np.minimum.reduceat(within, starts)
-    hit = np.flatnonzero(within == np.repeat(best, counts))
-    first = hit[np.unique(g[hit], return_index=True)[1]]   # smallest cut on a tie
-    cut = k[first]
-    total = q[starts]
+    def below(c: np.ndarray, v: np.ndarray, g: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """Sum of v over the first k calls of group g (``c``: ``_before`` of v * w)."""
+        r, j = row_of(g, k)
+        out: np.ndarray = c[r] + j * v[r]
+        return out
+
+    least = np.maximum(1, np.ceil(counts * MODE_MIN_FRACTION)).astype(np.int64)
+    row_g = np.repeat(np.arange(n_groups), sizes)
+    cand_g = np.r_[row_g, np.arange(n_groups), np.arange(n_groups)]
+    cand_k = np.r_[wc - call0[row_g], least, counts - least]
+    n, lo = counts[cand_g], least[cand_g]
+    valid = (cand_k >= lo) & (n - cand_k >= lo)
+    cand_g, cand_k, n = cand_g[valid], cand_k[valid], n[valid]
+    s1, q1 = below(cx, x, cand_g, cand_k), below(cq, x * x, cand_g, cand_k)
+    s = (cx[ends - 1] + x[ends - 1] * w[ends - 1])[cand_g]
+    q = (cq[ends - 1] + x[ends - 1] ** 2 * w[ends - 1])[cand_g]
+    within = (q1 - s1 * s1 / cand_k) + ((q - q1) - (s - s1) ** 2 / (n - cand_k))
+    order = np.lexsort((cand_k, within, cand_g))             # smallest cut on a tie
+    first = order[np.unique(cand_g[order], return_index=True)[1]]
+    best, cut = within[first], cand_k[first]
+    groups = np.arange(n_groups)
+    total = cq[ends - 1] + x[ends - 1] ** 2 * w[ends - 1]
     m = counts - cut
 
+    def at(i: np.ndarray) -> np.ndarray:
+        """Duration of the call at 0-based position i of each group, sorted."""
+        found: np.ndarray = d[np.searchsorted(wc, call0 + i, side="right")]
+        return found
+
     def median(lo: np.ndarray, size: np.ndarray) -> np.ndarray:
-        mid: np.ndarray = np.rint((d[lo + (size - 1) // 2] + d[lo + size // 2]) / 2)
+        mid: np.ndarray = np.rint((at(lo + (size - 1) // 2) + at(lo + size // 2)) / 2)
         return mid.astype(np.int64)
 
-    fast_mid = (d[starts + (cut - 1) // 2] + d[starts + cut // 2]) / 2  # exact median
-    cum_d = np.r_[0, np.cumsum(d)]
-    slow_sum = cum_d[starts + counts] - cum_d[starts + cut]
+    fast_mid = (at((cut - 1) // 2) + at(cut // 2)) / 2  # exact median
+    slow_sum = (cd[ends - 1] + d[ends - 1] * w[ends - 1]) - below(cd, d, groups, cut)
     with np.errstate(divide="ignore", invalid="ignore"):
-        separation = np.where(total > 0, np.clip(1 - best / total, 0.0, 1.0), 0.0)
+        separation = np.where((total > 0) & (d[starts] < d[ends - 1]),  # one value: 0
+                              np.clip(1 - best / total, 0.0, 1.0), 0.0)
+    zero = np.zeros(n_groups, np.int64)
     return {
         "fast_count": cut.astype(np.int64), "slow_count": m.astype(np.int64),
-        "fast_median_ns": median(starts, cut), "slow_median_ns": median(starts + cut, m),
-        "fast_min_ns": d[starts], "fast_max_ns": d[starts + cut - 1],
-        "slow_min_ns": d[starts + cut], "slow_max_ns": d[starts + counts - 1],
+        "fast_median_ns": median(zero, cut), "slow_median_ns": median(cut, m),
+        "fast_min_ns": at(zero), "fast_max_ns": at(cut - 1),
+        "slow_min_ns": at(cut), "slow_max_ns": at(counts - 1),
         "separation": separation,
         "excess_ns": np.rint(slow_sum - m * fast_mid).astype(np.int64),
     }
+
+
+def _before(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per row, the sum of ``values`` over the rows before it in its group (each group
+    summed on its own: no offset carried over from the groups before it)."""
+    out = np.zeros_like(values)
+    for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+        out[lo + 1:hi] = np.cumsum(values[lo:hi - 1])
+    return out

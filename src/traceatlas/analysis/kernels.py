@@ -30,11 +30,14 @@ the calls on each side, slow median >= 1.5x fast median, slow calls' excess over
 median >= 5 % of the device busy time; at least 10 calls of that shape). Extra table
 ``modes``: that split for every (group, shape) with at least 10 calls (``kernel_modes``).
 
-Partitioned (``analysis.partitioned``): ``by=rank`` runs per batch of ranks and the tables
-concatenate; ``by=name`` sends, per batch, each (name, category, shape) group's durations
-as one int64 list (in the batch's row order) and the batch's device busy ns; the merge
-puts the durations of every batch back as rows and computes the statistics, ``top``, the
-histogram and the two-mode split with the same functions as the whole run.
+Every statistic is computed from the distinct durations of each (group, shape) with
+their number of calls (``dur_ns, n``), never one row a call: the whole run counts the
+calls per distinct duration first. Partitioned (``analysis.partitioned``): ``by=rank``
+runs per batch of ranks and the tables concatenate; ``by=name`` sends, per batch, each
+(name, category, shape) group's distinct durations (sorted int64 list) with their counts
+(int64 list) and the batch's device busy ns; the merge adds the counts per (group,
+duration) and computes the statistics, ``top``, the histogram and the two-mode split with
+the same functions as the whole run.
 
 Differences from HTA's ``get_gpu_kernel_breakdown``: no "others" row (HTA folds kernels
 past ``num_kernels`` or past the 80 % cumulative-duration quantile into "others"); memory
@@ -46,7 +49,7 @@ no percentiles, histogram or bimodality.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import MAX_COUNT, Param, Result
@@ -97,27 +100,28 @@ class Kernels:
         keys = list(GROUPINGS[str(params["by"])])
         device, rows = _device_rows(trace, bool(params["memory"]))
         busy = _busy(device, by_rank="rank" in keys).collect().lazy()  # used twice
-        return _finish(rows, keys, busy, int(params["top"]),
-                       lambda kept: with_shapes(trace.intervals, kept))
+        return _finish(_weighted(with_shapes(trace.intervals, rows), keys), keys, busy,
+                       int(params["top"]))
 
     def partial(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """A batch's share: ``by=rank`` the result; ``by=name`` one row per (name,
-        category, shape) with its durations (``dur_ns``: list of int64, the batch's row
-        order) and extra ``busy`` (one row: the batch's summed per-rank busy ns)."""
+        category, shape) with its distinct durations (``dur_ns``: sorted list of int64)
+        and their calls (``n``: list of int64), and extra ``busy`` (one row: the batch's
+        summed per-rank busy ns)."""
         if params["by"] == "rank":
             return self.run(trace, params)
         import polars as pl
 
         device, rows = _device_rows(trace, bool(params["memory"]))
-        calls = (with_shapes(trace.intervals, rows)
-                 .group_by("name", "category", "shape", maintain_order=True)
-                 .agg(pl.col("dur_ns")))
+        calls = (_weighted(with_shapes(trace.intervals, rows), list(GROUPINGS["name"]))
+                 .group_by("name", "category", "shape")
+                 .agg(pl.col("dur_ns").sort(), pl.col("n").sort_by("dur_ns")))
         table, busy = pl.collect_all([calls, _busy(device, by_rank=False)])
         return Result(table, extra={"busy": busy})
 
     def merge(self, partials: Sequence[Result], params: Mapping[str, Any]) -> Result:
-        """``by=rank``: ``concat``; ``by=name``: every batch's durations back as rows (in
-        batch order), then the whole run's statistics over them."""
+        """``by=rank``: ``concat``; ``by=name``: the calls of every batch added per
+        (group, shape, duration), then the whole run's statistics over them."""
         if params["by"] == "rank":
             return concat(partials)
         import polars as pl
@@ -131,8 +135,9 @@ class Kernels:
             for c in text)
         busy_ns = sum(int(p.extra["busy"]["busy_ns"].sum()) for p in partials)
         busy = pl.LazyFrame({"busy_ns": [busy_ns]}, schema={"busy_ns": pl.Int64})
-        result = _finish(calls.lazy().explode("dur_ns"), list(GROUPINGS["name"]), busy,
-                         int(params["top"]), lambda kept: kept)
+        weighted = (calls.lazy().explode("dur_ns", "n")
+                    .group_by(*text, "dur_ns").agg(pl.col("n").sum()))
+        result = _finish(weighted, list(GROUPINGS["name"]), busy, int(params["top"]))
 
         def strings(frame: pl.DataFrame) -> pl.DataFrame:
             return frame.with_columns(pl.col(c).cast(pl.String) for c in text
@@ -155,16 +160,28 @@ def _device_rows(trace: Trace, memory: bool) -> tuple[pl.LazyFrame, pl.LazyFrame
     return device, device.filter(pl.col("category").is_in(cats))
 
 
-def _finish(rows: pl.LazyFrame, keys: list[str], busy: pl.LazyFrame, top: int,
-            shapes: Callable[[pl.LazyFrame], pl.LazyFrame]) -> Result:
-    """The result from the listed ``rows`` (``*keys, dur_ns``, more columns allowed) and
-    ``busy`` (``rank, busy_ns`` per rank, or one ``busy_ns``): statistics, ``top``, the
-    histogram and the two-mode split of the kept rows (``shapes`` adds their ``shape``)."""
+def _weighted(rows: pl.LazyFrame, keys: list[str]) -> pl.LazyFrame:
+    """``rows`` (``*keys, shape, dur_ns``, one a call) as ``*keys, shape, dur_ns, n``:
+    each distinct duration of a (group, shape) once, with its number of calls."""
     import polars as pl
 
-    stats = _top(_stats(rows, keys, busy), top, "rank" in keys).collect()
-    kept = rows.join(stats.lazy().select(keys), on=keys, how="semi")
-    hist, split = pl.collect_all([_histogram(kept, keys), modes(shapes(kept), keys, busy)])
+    return rows.group_by(*keys, "shape", "dur_ns").agg(pl.len().cast(pl.Int64).alias("n"))
+
+
+def _finish(calls: pl.LazyFrame, keys: list[str], busy: pl.LazyFrame, top: int) -> Result:
+    """The result from ``calls`` (``*keys, shape, dur_ns, n``, one row per distinct
+    (group, shape, duration), ``_weighted``) and ``busy`` (``rank, busy_ns`` per rank, or
+    one ``busy_ns``): statistics, ``top``, the histogram and the two-mode split of the
+    kept groups."""
+    import polars as pl
+
+    calls = calls.collect().lazy()  # used three times
+    durations = calls.group_by(*keys, "dur_ns").agg(pl.col("n").sum())  # shapes pooled
+    stats = _top(_stats(durations, keys, busy), top, "rank" in keys).collect()
+    kept = stats.lazy().select(keys)
+    hist, split = pl.collect_all([
+        _histogram(durations.join(kept, on=keys, how="semi"), keys),
+        modes(calls.join(kept, on=keys, how="semi"), keys, busy)])
     order = ["rank"] if "rank" in keys else []
     flag = split.group_by(keys).agg(pl.col("bimodal").any())
     table = (stats.join(flag, on=keys, how="left")
@@ -188,20 +205,20 @@ def _busy(device: pl.LazyFrame, by_rank: bool) -> pl.LazyFrame:
 def _stats(rows: pl.LazyFrame, keys: list[str], busy: pl.LazyFrame) -> pl.LazyFrame:
     import polars as pl
 
-    dur = pl.col("dur_ns")
+    dur, n = pl.col("dur_ns"), pl.col("n")
 
     def rounded(expr: pl.Expr, name: str) -> pl.Expr:
         return expr.round(0).cast(pl.Int64).alias(name)
 
     frame = rows.group_by(keys).agg(
-        pl.len().cast(pl.Int64).alias("count"),
-        dur.sum().alias("total_ns"),
-        rounded(dur.sum() / pl.len(), "mean_ns"),
+        n.sum().alias("count"),
+        (dur * n).sum().alias("total_ns"),
+        rounded((dur * n).sum() / n.sum(), "mean_ns"),
         dur.min().alias("min_ns"),
         dur.max().alias("max_ns"),
-        rounded(_std(dur), "std_ns"),
-        rounded(dur.quantile(0.5, "linear"), "p50_ns"),
-        rounded(dur.quantile(0.95, "linear"), "p95_ns"),
+        rounded(_std(dur, n), "std_ns"),
+        rounded(_quantile(dur, n, 0.5), "p50_ns"),
+        rounded(_quantile(dur, n, 0.95), "p95_ns"),
     )
     frame = (frame.join(busy, on="rank", how="left") if "rank" in keys
              else frame.join(busy, how="cross"))
@@ -212,19 +229,33 @@ def _stats(rows: pl.LazyFrame, keys: list[str], busy: pl.LazyFrame) -> pl.LazyFr
         "p95_ns", "share_pct")
 
 
-def _std(dur: pl.Expr) -> pl.Expr:
-    """Sample standard deviation (n - 1) of ``dur`` per group from exact sums:
-    sqrt((n * sum(d^2) - sum(d)^2) / (n (n - 1))), the numerator in 128-bit integers (exact
-    while the sum of squares stays below 2^127 ns^2), so any order of the calls gives the
-    same float; 0 for one call."""
+def _std(dur: pl.Expr, calls: pl.Expr) -> pl.Expr:
+    """Sample standard deviation (n - 1) per group of the distinct durations ``dur`` with
+    ``calls`` calls each, from exact sums: sqrt((n * sum(d^2) - sum(d)^2) / (n (n - 1))),
+    the numerator in 128-bit integers (exact while the sum of squares stays below 2^127
+    ns^2), so any order of the calls gives the same float; 0 for one call."""
     import polars as pl
 
-    d = dur.cast(pl.Int128)
-    n = pl.len().cast(pl.Int128)
-    s = d.sum()
-    numerator = (n * (d * d).sum() - s * s).cast(pl.Float64)
+    d, w = dur.cast(pl.Int128), calls.cast(pl.Int128)
+    n = w.sum()
+    s = (d * w).sum()
+    numerator = (n * (d * d * w).sum() - s * s).cast(pl.Float64)
     var = numerator / (n * (n - 1)).cast(pl.Float64)
-    return pl.when(pl.len() > 1).then(var.sqrt()).otherwise(0.0)
+    return pl.when(calls.sum() > 1).then(var.sqrt()).otherwise(0.0)
+
+
+def _quantile(dur: pl.Expr, calls: pl.Expr, q: float) -> pl.Expr:
+    """Percentile ``q`` with linear interpolation (as Polars' ``quantile(q, "linear")``
+    of the calls one a row): position (n - 1) q between the order statistics at its floor
+    and ceiling, found on the cumulative calls of the sorted distinct durations."""
+    import polars as pl
+
+    pos = (calls.sum() - 1).cast(pl.Float64) * q
+    lo, hi = pos.floor(), pos.ceil()
+    ordered, upto = dur.sort(), calls.sort_by(dur).cum_sum()
+    lower = ordered.filter(upto > lo).first().cast(pl.Float64)
+    upper = ordered.filter(upto > hi).first().cast(pl.Float64)
+    return pl.when(lower == upper).then(lower).otherwise((pos - lo) * (upper - lower) + lower)
 
 
 def _top(stats: pl.LazyFrame, top: int, by_rank: bool) -> pl.LazyFrame:
@@ -254,7 +285,8 @@ def _edges() -> pl.LazyFrame:
 
 
 def _histogram(rows: pl.LazyFrame, keys: list[str]) -> pl.LazyFrame:
-    """Non-empty log bins per group: keys, bin_lo_ns, bin_hi_ns, count (and _bin)."""
+    """Non-empty log bins per group of ``rows`` (``*keys, dur_ns, n``: distinct durations
+    and their calls): keys, bin_lo_ns, bin_hi_ns, count (and _bin)."""
     import polars as pl
 
     dur = pl.col("dur_ns")
@@ -266,9 +298,9 @@ def _histogram(rows: pl.LazyFrame, keys: list[str]) -> pl.LazyFrame:
     fixed = (pl.col("_bin") + (dur >= pl.col("bin_hi_ns")).cast(pl.Int64)
              - (dur < pl.col("bin_lo_ns")).cast(pl.Int64)).alias("_bin")
     return (
-        rows.select(*keys, "dur_ns", guess).join(edges, on="_bin", how="left")
-        .select(*keys, fixed).group_by(*keys, "_bin")
-        .agg(pl.len().cast(pl.Int64).alias("count"))
+        rows.select(*keys, "dur_ns", "n", guess).join(edges, on="_bin", how="left")
+        .select(*keys, "n", fixed).group_by(*keys, "_bin")
+        .agg(pl.col("n").sum().alias("count"))
         .join(edges, on="_bin", how="left")
         .sort([*keys, "_bin"])
         .select(*keys, "bin_lo_ns", "bin_hi_ns", "count", "_bin")
