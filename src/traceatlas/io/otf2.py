@@ -36,6 +36,7 @@ from traceatlas.io.otf2_fast import FastResult, build
 from traceatlas.io.otf2_fast import tables as fast_tables
 from traceatlas.io.otf2_local import local_part
 from traceatlas.io.otf2_parallel import PARALLEL_MIN_EVENTS, read_parallel, worth_it
+from traceatlas.io.otf2_probe import check_opens
 from traceatlas.io.otf2_raw import read_raw
 from traceatlas.io.reading import RankData
 from traceatlas.io.sources import Source
@@ -107,6 +108,7 @@ class Otf2Reader:
     def read(self, source: Source, *, threads: int = 1) -> list[RankData]:
         """Parse the archive: one ``RankData`` per process location group (times in ns)."""
         anchor = _check_anchor(source)
+        check_opens(source.display, anchor)  # the C library may abort() on damaged files
         captured: list[str] = []
         try:
             with _c_stderr(captured):
