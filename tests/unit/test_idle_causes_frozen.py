@@ -176,29 +176,3 @@ def test_covered_sorted_equals_covered(segs: list[tuple[int, int]], points: list
     s = union(_arr(segs, 0), _arr(segs, 1))
     p = np.sort(np.asarray(points, dtype=np.int64))
     assert covered_sorted(p, s[0], s[1]).tolist() == covered(p, s[0], s[1]).tolist()
-
-
-@settings(max_examples=150, deadline=None)
-@given(dev=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3),
-                              st.one_of(st.none(), st.integers(0, 12))), max_size=30),
-       calls=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 12), st.integers(1, 4)),
-                      max_size=20))
-def test_launching_threads_equal_an_inner_join(dev: list[tuple[int, int, int | None]],
-                                               calls: list[tuple[int, int, int]]) -> None:
-    """The sorted-search path (unique keys) and the join fallback (repeated keys) both
-    give the inner join's distinct (rank, device, stream, track_id)."""
-    from traceatlas.analysis.idle_causes import _launching_threads
-
-    device = pl.DataFrame({"rank": [r for r, _, _ in dev], "device": [0] * len(dev),
-                           "stream": [s for _, s, _ in dev],
-                           "correlation": [c for _, _, c in dev]},
-                          schema={"rank": pl.Int32, "device": pl.Int32, "stream": pl.Int64,
-                                  "correlation": pl.Int64})
-    launch = pl.DataFrame({"rank": [r for r, _, _ in calls],
-                           "correlation": [c for _, c, _ in calls],
-                           "track_id": [t for _, _, t in calls]},
-                          schema={"rank": pl.Int32, "correlation": pl.Int64,
-                                  "track_id": pl.Int32})
-    want = (device.join(launch, on=["rank", "correlation"], how="inner")
-            .select("rank", "device", "stream", "track_id").unique())
-    assert_frame_equal(_canon(_launching_threads(device, launch)), _canon(want))

@@ -40,7 +40,6 @@ from traceatlas.ops.host_activity import (
     name_class,
     union,
 )
-from traceatlas.ops.key_lookup import lookup
 
 if TYPE_CHECKING:
     import polars as pl
@@ -76,7 +75,9 @@ def causes(trace: Trace, gaps: pl.DataFrame, device: pl.DataFrame) -> pl.DataFra
         return empty()
     ranks = gaps["rank"].unique().to_list()
     host, calls = _host(trace, ranks, device)
-    threads = _launching_threads(device, calls)
+    threads = (device.join(calls.select("rank", "correlation", "track_id"),
+                           on=["rank", "correlation"], how="inner")
+               .select(*KEYS, "track_id").unique())
     frames = []
     one = host["rank"].unique()  # one rank (a batch of one): no copy per rank
     by_rank = ({int(one[0]): _Host(host)} if one.len() == 1 else
@@ -91,19 +92,6 @@ def causes(trace: Trace, gaps: pl.DataFrame, device: pl.DataFrame) -> pl.DataFra
     out = pl.concat(frames) if frames else empty()
     return out.filter(pl.col("idle_ns") > 0).sort(*KEYS, "step", "idle_ns",
                                                   descending=[False] * 4 + [True])
-
-
-def _launching_threads(device: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
-    """Distinct ``rank, device, stream, track_id``: the threads whose launch calls (matched
-    by rank and correlation) launched work on each stream. A sorted search of the packed
-    keys (``ops.key_lookup``); an inner join when the keys repeat or do not pack."""
-    track = lookup(calls["rank"], calls["correlation"], calls["track_id"],
-                   device["rank"], device["correlation"])
-    if track is None:
-        return (device.join(calls.select("rank", "correlation", "track_id"),
-                            on=["rank", "correlation"], how="inner")
-                .select(*KEYS, "track_id").unique())
-    return device.select(*KEYS).with_columns(track).drop_nulls("track_id").unique()
 
 
 class _Host:
