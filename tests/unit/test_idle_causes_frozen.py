@@ -21,14 +21,7 @@ import traceatlas
 from traceatlas.analysis import idle, registry
 from traceatlas.errors import MissingDataError
 from traceatlas.model.trace import Trace
-from traceatlas.ops.host_activity import (
-    UNTRACED,
-    Painting,
-    covered,
-    covered_sorted,
-    overlapping,
-    union,
-)
+from traceatlas.ops.host_activity import UNTRACED, Painting, overlapping, union
 from traceatlas.testing import frozen_idle_causes
 
 _spec = importlib.util.spec_from_file_location(
@@ -168,11 +161,3 @@ def test_all_in_gaps_equals_in_gaps(gaps: list[tuple[int, int]],
     a, b = _arr(probe, 0) - 5, _arr(probe, 1)
     want = np.stack([paint.in_gaps(a, b, k) for k in range(UNTRACED + 1)])
     assert np.array_equal(paint.all_in_gaps(a, b), want)
-
-
-@settings(max_examples=300, deadline=None)
-@given(segs=st.lists(_iv, max_size=12), points=st.lists(st.integers(0, 170), max_size=30))
-def test_covered_sorted_equals_covered(segs: list[tuple[int, int]], points: list[int]) -> None:
-    s = union(_arr(segs, 0), _arr(segs, 1))
-    p = np.sort(np.asarray(points, dtype=np.int64))
-    assert covered_sorted(p, s[0], s[1]).tolist() == covered(p, s[0], s[1]).tolist()

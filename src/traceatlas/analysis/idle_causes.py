@@ -79,10 +79,8 @@ def causes(trace: Trace, gaps: pl.DataFrame, device: pl.DataFrame) -> pl.DataFra
                            on=["rank", "correlation"], how="inner")
                .select(*KEYS, "track_id").unique())
     frames = []
-    one = host["rank"].unique()  # one rank (a batch of one): no copy per rank
-    by_rank = ({int(one[0]): _Host(host)} if one.len() == 1 else
-               {int(k[0]): _Host(v) for k, v in
-                host.partition_by("rank", as_dict=True, maintain_order=True).items()})
+    by_rank = {int(k[0]): _Host(v) for k, v in
+               host.partition_by("rank", as_dict=True, maintain_order=True).items()}
     launchers = {k: v["track_id"].to_list() for k, v in
                  threads.partition_by(KEYS, as_dict=True).items()}
     for (rank, dev, stream), g in gaps.partition_by(KEYS, as_dict=True).items():
@@ -250,13 +248,11 @@ def _stream(host: _Host, tracks: list[int], gaps: pl.DataFrame,
         "gaps": np.concatenate([np.bincount(inverse[top == i], minlength=n)
                                 for i in range(len(words))]).astype(np.int64),
     })
-    kernels = (pl.DataFrame({"step": gaps["step"], "top": top.astype(np.int8),
+    kernels = (pl.DataFrame({"step": gaps["step"], "top": np.asarray(words)[top],
                              "kernel": gaps["name"]})
                .group_by("step", "top", "kernel").len()
                .sort("len", "kernel", descending=[True, False])
                .group_by("step", "top", maintain_order=True).agg(pl.col("kernel").first())
-               .with_columns(pl.col("top").replace_strict(
-                   list(range(len(words))), words, return_dtype=pl.String))
                .rename({"top": "cause"}))
     table = table.join(kernels.with_columns(pl.col("step").cast(table["step"].dtype)),
                        on=["step", "cause"], how="left")

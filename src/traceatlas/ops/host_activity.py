@@ -75,16 +75,15 @@ def union(start: IntArray, end: IntArray) -> tuple[IntArray, IntArray, IntArray]
     apart, so top-level calls of one thread keep their own segment."""
     if start.size == 0:
         return start, end, np.zeros(0, dtype=np.int64)
-    if bool(np.all(start[1:] >= start[:-1])):  # sorted already: no copy
-        order, s, e = None, start, end
-    else:
-        order = np.argsort(start, kind="stable").astype(np.int64)
-        s, e = start[order], end[order]
+    sorted_already = bool(np.all(start[1:] >= start[:-1]))
+    order = (np.arange(start.size, dtype=np.int64) if sorted_already
+             else np.argsort(start, kind="stable").astype(np.int64))
+    s, e = start[order], end[order]
     reach = np.maximum.accumulate(e)
     new = np.ones(s.size, dtype=bool)
     new[1:] = s[1:] >= reach[:-1]
-    idx = np.flatnonzero(new).astype(np.int64)
-    return s[idx], np.maximum.reduceat(e, idx), idx if order is None else order[idx]
+    idx = np.flatnonzero(new)
+    return s[idx], np.maximum.reduceat(e, idx), order[idx]
 
 
 def covered(points: IntArray, seg_start: IntArray, seg_end: IntArray) -> npt.NDArray[np.bool_]:
@@ -110,22 +109,9 @@ def overlapping(seg_start: IntArray, seg_end: IntArray, gap_start: IntArray,
     lo = np.searchsorted(seg_end, gap_start, side="right")
     hi = np.searchsorted(seg_start, gap_end, side="left")
     ok = hi > lo
-    n = seg_start.size + 1
-    keep += np.bincount(lo[ok], minlength=n) - np.bincount(hi[ok], minlength=n)
+    np.add.at(keep, lo[ok], 1)
+    np.add.at(keep, hi[ok], -1)
     out: npt.NDArray[np.bool_] = np.cumsum(keep[:-1]) > 0
-    return out
-
-
-def covered_sorted(points: IntArray, seg_start: IntArray, seg_end: IntArray
-                   ) -> npt.NDArray[np.bool_]:
-    """``covered`` for sorted ``points``: the points from each segment's start to before
-    its end found by two sorted searches per segment (fewer than one per point when the
-    segments are fewer than the points)."""
-    lo = np.searchsorted(points, seg_start, side="left")
-    hi = np.searchsorted(points, seg_end, side="left")
-    n = points.size + 1
-    out: npt.NDArray[np.bool_] = np.cumsum(
-        np.bincount(lo, minlength=n) - np.bincount(hi, minlength=n))[:-1] > 0
     return out
 
 
@@ -158,10 +144,10 @@ class Painting:
             keep[1:] = points[1:] != points[:-1]
             points = points[keep]
         label = np.full(points.size, -1, dtype=np.int64)
-        inside = covered_sorted(points, g_start, g_end)
+        inside = covered(points, g_start, g_end)
         label[inside] = UNTRACED
         for k in range(len(self.unions) - 1, -1, -1):
-            label[inside & covered_sorted(points, *self.unions[k][:2])] = k
+            label[inside & covered(points, *self.unions[k][:2])] = k
         length = np.zeros(points.size, dtype=np.int64)
         length[:-1] = np.diff(points)
         self.points, self.label = points, label
