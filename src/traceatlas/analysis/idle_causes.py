@@ -25,7 +25,7 @@ searches over one painted timeline per stream, no loop over gaps.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -38,7 +38,6 @@ from traceatlas.ops.host_activity import (
     IntArray,
     Painting,
     name_class,
-    union,
 )
 
 if TYPE_CHECKING:
@@ -93,9 +92,7 @@ def causes(trace: Trace, gaps: pl.DataFrame, device: pl.DataFrame) -> pl.DataFra
 
 
 class _Host:
-    """One rank's classified host intervals as numpy columns (names kept as a Series), and
-    per set of launching threads the rows of each painted class and their unions (computed
-    once for the streams those threads launch on)."""
+    """One rank's classified host intervals as numpy columns (names kept as a Series)."""
 
     def __init__(self, frame: pl.DataFrame) -> None:
         self.track = frame["track_id"].to_numpy()
@@ -104,35 +101,9 @@ class _Host:
         self.end = frame["paint_end"].to_numpy().astype(np.int64)
         self.depth = frame["depth"].to_numpy()
         self.name = frame["name"]
-        self.code = self.name.to_physical()
-        self._of_class = {k: np.flatnonzero(self.k == k) for k in (0, 1, 2, 3, ANNOTATION)}
-        self._sets: dict[tuple[int, ...], _Threads] = {}
 
     def part(self, rows: npt.NDArray[np.int64]) -> tuple[IntArray, IntArray]:
         return self.start[rows], self.end[rows]
-
-    def threads(self, tracks: list[int]) -> _Threads:
-        """The painted classes' rows (ascending) for the launching threads ``tracks``:
-        classes 0-3 on those threads, class 4 (collectives) on the others; annotations on
-        those threads; the unions of classes 0-4."""
-        key = tuple(sorted(set(tracks)))
-        if key not in self._sets:
-            wanted = np.asarray(key, dtype=self.track.dtype)
-
-            def own(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-                return np.isin(self.track[rows], wanted)
-
-            parts = [rows[own(rows)] for rows in (self._of_class[k] for k in range(4))]
-            parts.append(self._of_class[0][~own(self._of_class[0])])
-            notes = self._of_class[ANNOTATION][own(self._of_class[ANNOTATION])]
-            self._sets[key] = _Threads(parts, [union(*self.part(p)) for p in parts], notes)
-        return self._sets[key]
-
-
-class _Threads(NamedTuple):
-    parts: list[npt.NDArray[np.int64]]
-    unions: list[tuple[IntArray, IntArray, IntArray]]
-    notes: npt.NDArray[np.int64]
 
 
 def _host(trace: Trace, ranks: list[int], device: pl.DataFrame
@@ -183,19 +154,32 @@ def _host(trace: Trace, ranks: list[int], device: pl.DataFrame
 def classify(rows: pl.DataFrame) -> npt.NDArray[np.int8]:
     """``name_class`` of each row's (``name``, ``category``), each distinct pair classified
     once, found through the categorical codes (hashing 1 M strings for a join costs more
-    than the rest of the read): the first row of each distinct code pair by a hash of the
-    int64 pair codes (``arg_unique``), then a sorted search of every row's pair among the
-    distinct ones (any code range)."""
-    import polars as pl
-
+    than the rest of the read): a table indexed by the pair code when the codes span a
+    small range (no sort), else ``classify_sorted``."""
     pair = _pair_codes(rows)
     if pair.size == 0:
         return np.zeros(0, np.int8)
-    first = pl.Series(pair).arg_unique().to_numpy().astype(np.int64)
-    order = np.argsort(pair[first], kind="stable")
-    first = first[order]
+    low = int(pair.min())
+    span = int(pair.max()) - low + 1
+    if span > 4 * pair.size + 1_000_000:
+        return classify_sorted(rows)
+    first = np.full(span, -1, np.int64)
+    first[pair[::-1] - low] = np.arange(pair.size - 1, -1, -1)  # the first row of each
+    present = np.flatnonzero(first >= 0)
+    table = np.full(span, -1, np.int8)
+    table[present] = _classes(rows, first[present])
+    out: npt.NDArray[np.int8] = table[pair - low]
+    return out
+
+
+def classify_sorted(rows: pl.DataFrame) -> npt.NDArray[np.int8]:
+    """``classify`` by ``np.unique`` and a sorted search (the former path: the oracle of
+    ``classify``'s table)."""
+    pair = _pair_codes(rows)
+    distinct, first = np.unique(pair, return_index=True)
     classes = _classes(rows, first)
-    out: npt.NDArray[np.int8] = classes[np.searchsorted(pair[first], pair)]
+    out: npt.NDArray[np.int8] = (classes[np.searchsorted(distinct, pair)] if pair.size
+                                 else classes)
     return out
 
 
@@ -219,12 +203,14 @@ def _stream(host: _Host, tracks: list[int], gaps: pl.DataFrame,
     """Rows of the ``causes`` table for one stream."""
     import polars as pl
 
-    threads = host.threads(tracks)
-    parts = threads.parts
+    own = np.isin(host.track, np.asarray(tracks, dtype=host.track.dtype))
+    parts = [np.flatnonzero(own & (host.k == k)) for k in range(4)]
+    parts.append(np.flatnonzero(~own & (host.k == 0)))
+    classes = [host.part(p) for p in parts]
     a = gaps["prev_end_ns"].to_numpy().astype(np.int64)
     b = gaps["start_ns"].to_numpy().astype(np.int64)
-    paint = Painting(a, b, unions=threads.unions)
-    per_class = paint.all_in_gaps(a, b)
+    paint = Painting(a, b, classes)
+    per_class = np.stack([paint.in_gaps(a, b, k) for k in range(UNTRACED + 1)])
     # A gap in which the launching threads only dispatched ops, for at least as long as
     # they recorded nothing: the untraced time is the Python between those ops, part of
     # launching too slowly (the gap's final launch call alone does not make a gap so).
@@ -257,7 +243,8 @@ def _stream(host: _Host, tracks: list[int], gaps: pl.DataFrame,
     table = table.join(kernels.with_columns(pl.col("step").cast(table["step"].dtype)),
                        on=["step", "cause"], how="left")
     gap_step = _GapStep(np.maximum.accumulate(b), gaps["step"].to_numpy())
-    where = _where(paint, parts, host, threads.notes, gap_step)
+    where = _where(paint, parts, host, np.flatnonzero(own & (host.k == ANNOTATION)),
+                   gap_step)
     rank, dev, stream = key
     return (table.join(where, on=["step", "cause"], how="left")
             .with_columns(rank=pl.lit(rank, pl.Int32), device=pl.lit(dev, pl.Int32),
@@ -293,30 +280,21 @@ def _where(paint: Painting, parts: list[npt.NDArray[np.int64]], host: _Host,
         hit = over > 0
         if not hit.any():
             continue
-        row = rows[first[hit]]
         ops.append(pl.DataFrame({
-            "code": host.code.gather(row), "row": row,
+            "name": host.name.gather(rows[first[hit]]).cast(pl.String),
             "step": pl.Series(gap_step(seg_start[hit]), dtype=pl.Int32),
-            "over": pl.Series(over[hit], dtype=pl.Int64)})
-            .with_columns(cause=pl.lit(CAUSE_ORDER[k], pl.String)))
+            "cause": pl.Series([CAUSE_ORDER[k]] * int(hit.sum()), dtype=pl.String),
+            "over": pl.Series(over[hit], dtype=pl.Int64)}))
     schema = {"step": pl.Int32, "cause": pl.String, "op": pl.String}
-    # summed per name code (one code per name), the names decoded for the sums only
-    sums = (pl.concat(ops).group_by("step", "cause", "code")
-            .agg(pl.col("over").sum(), pl.col("row").first()) if ops else None)
-    op = (sums.with_columns(name=host.name.gather(sums["row"]).cast(pl.String))
+    op = (pl.concat(ops)
+          .group_by("step", "cause", "name").agg(pl.col("over").sum())
           .sort("over", "name", descending=[True, False])
           .group_by("step", "cause", maintain_order=True)
           .agg(pl.col("name").first().alias("op"))
-          if sums is not None else pl.DataFrame(schema=schema))
+          if ops else pl.DataFrame(schema=schema))
     marks = []
-    if notes.size:  # only annotations overlapping a gap have time there
-        s, e = host.part(notes)
-        g_start, g_end = paint.gaps
-        idx = np.searchsorted(g_end, s, side="right")
-        inside = idx < g_end.size
-        inside[inside] = g_start[idx[inside]] < e[inside]
-        notes, s, e = notes[inside], s[inside], e[inside]
     if notes.size:
+        s, e = host.part(notes)
         steps = pl.Series(gap_step(s), dtype=pl.Int32)
         names = host.name.gather(notes).cast(pl.String)
         for k in range(UNTRACED + 1):
