@@ -211,7 +211,7 @@ def test_any_kernel_name_is_shown_exactly(scratch: Path, names: list[str]) -> No
             # terminal tables show kernel names demangled and shortened (issue 22), the
             # escaped text cut in the middle past CELL_MAX characters (cli/tables.py)
             assert shorten_middle(shown(display_name(name))) in kernels.stdout
-            assert shown(name) in query.stdout
+            assert shorten_middle(shown(name)) in query.stdout  # sql tables cut alike
 
 
 @settings(max_examples=6, deadline=None,
