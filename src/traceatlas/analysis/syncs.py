@@ -146,7 +146,10 @@ def idle_after(events: pl.DataFrame, busy: pl.DataFrame) -> pl.DataFrame:
 
     if events.height == 0:
         return events.with_columns(idle_after_ns=pl.lit(0, pl.Int64))
-    ends = events.with_row_index("_i").select("_i", "rank", pl.col("end_ns").alias("_e"))
+    # ties (same rank and end) in a defined order, not the frame's: by start, track, call
+    ties = [c for c in ("start_ns", "track_id", "call") if c in events.columns]
+    ends = events.with_row_index("_i").select("_i", "rank", pl.col("end_ns").alias("_e"),
+                                              *[pl.col(c).alias(f"_t{c}") for c in ties])
     ends = ends.sort("_e")
     seg = busy.select("rank", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_se"))
     before = seg.sort("_s")
@@ -156,7 +159,7 @@ def idle_after(events: pl.DataFrame, busy: pl.DataFrame) -> pl.DataFrame:
                    check_sortedness=False)
         .join_asof(after, left_on="_e", right_on="_next", by="rank", strategy="forward",
                    check_sortedness=False)
-        .sort("rank", "_e", "_i")
+        .sort("rank", "_e", *[f"_t{c}" for c in ties], "_i")
         .with_columns(_next_sync=pl.col("_e").shift(-1).over("rank"))
     )
     busy_now = pl.col("_se").is_not_null() & (pl.col("_se") > pl.col("_e"))
