@@ -1,6 +1,8 @@
 """Frozen copy of ``traceatlas.analysis.syncs`` at commit 236d108, before its speed work:
 the oracle the current analysis is tested equal to. Not used by the package;
-never edit it (definitions: the module docstring of ``traceatlas.analysis.syncs``)."""
+never edit it (definitions: the module docstring of ``traceatlas.analysis.syncs``).
+``idle_after`` (the cost split, untouched by the speed work) is the live one, so a tie
+rule is defined in one place."""
 
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from traceatlas.analysis.base import Result
 from traceatlas.analysis.partitioned import concat_counts
 from traceatlas.analysis.requirements import DEVICE_WORK
+from traceatlas.analysis.syncs import idle_after  # unchanged by the speed-up: shared
 from traceatlas.ops.unions import union_segments
 
 if TYPE_CHECKING:
@@ -99,40 +102,6 @@ def sync_events(trace: Trace) -> pl.DataFrame:
     costed = idle_after(events, busy)
     return (costed.with_columns(dur_ns=pl.col("end_ns") - pl.col("start_ns"))
             .select(SYNC_COLUMNS).sort("rank", "start_ns", "end_ns"))
-
-
-def idle_after(events: pl.DataFrame, busy: pl.DataFrame) -> pl.DataFrame:
-    """``events`` (``rank``, ``end_ns``) with ``idle_after_ns``: from ``end_ns`` to the next
-    start of the rank's merged, disjoint ``busy`` segments (``rank, start_ns, end_ns``),
-    0 inside a segment or with no later segment, capped at the next event's end on the
-    rank (events sharing an idle gap split it). Vectorised as-of joins, ns."""
-    import polars as pl
-
-    if events.height == 0:
-        return events.with_columns(idle_after_ns=pl.lit(0, pl.Int64))
-    # ties (same rank and end) in a defined order, not the frame's: by start, track, call
-    ties = [c for c in ("start_ns", "track_id", "call") if c in events.columns]
-    ends = events.with_row_index("_i").select("_i", "rank", pl.col("end_ns").alias("_e"),
-                                              *[pl.col(c).alias(f"_t{c}") for c in ties])
-    ends = ends.sort("_e")
-    seg = busy.select("rank", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_se"))
-    before = seg.sort("_s")
-    after = seg.select("rank", pl.col("_s").alias("_next")).sort("_next")
-    joined = (
-        ends.join_asof(before, left_on="_e", right_on="_s", by="rank", strategy="backward",
-                   check_sortedness=False)
-        .join_asof(after, left_on="_e", right_on="_next", by="rank", strategy="forward",
-                   check_sortedness=False)
-        .sort("rank", "_e", *[f"_t{c}" for c in ties], "_i")
-        .with_columns(_next_sync=pl.col("_e").shift(-1).over("rank"))
-    )
-    busy_now = pl.col("_se").is_not_null() & (pl.col("_se") > pl.col("_e"))
-    until = pl.min_horizontal("_next", pl.col("_next_sync").fill_null(pl.col("_next")))
-    cost = (pl.when(busy_now | pl.col("_next").is_null()).then(pl.lit(0, pl.Int64))
-            .otherwise((until - pl.col("_e")).clip(lower_bound=0)))
-    costs = joined.select("_i", cost.cast(pl.Int64).alias("idle_after_ns"))
-    return (events.with_row_index("_i").join(costs, on="_i", how="left").drop("_i")
-            .with_columns(pl.col("idle_after_ns").fill_null(0)))
 
 
 def _candidates(trace: Trace) -> pl.DataFrame:
