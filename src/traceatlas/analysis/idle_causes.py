@@ -15,11 +15,13 @@ Columns: ``rank, device, stream, step`` (the step of the activity after the gap;
 outside steps), ``cause``, ``idle_ns`` (gap time of that cause, ns; per rank, device and
 stream the causes add up to ``idle``'s ``host_wait_ns``), ``gaps`` (gaps where this cause
 has the largest share), ``annotation`` (the innermost user annotation on the launching
-threads over that time: the deepest whose overlap is at least half of the largest),
+threads over that time: the deepest whose overlap is at least half of the largest; among
+equally deep ones the larger overlap, then the first name in byte order),
 ``op`` (the name whose outermost intervals of the cause's class, one segment of the class
 union per call stack, overlap that time most, summed over its calls; null for
 ``untraced_host``), ``kernel`` (the device activity after most of the gaps where this
-cause has the largest share; null when it has none). Built as interval joins: sorted
+cause has the largest share; null when it has none). Rows sorted by ``rank, device,
+stream, step``, then ``idle_ns`` descending, then ``cause``. Built as interval joins: sorted
 searches over one painted timeline per stream, no loop over gaps.
 """
 
@@ -87,8 +89,9 @@ def causes(trace: Trace, gaps: pl.DataFrame, device: pl.DataFrame) -> pl.DataFra
                               launchers.get((rank, dev, stream), []), g.sort("start_ns"),
                               (rank, dev, stream)))
     out = pl.concat(frames) if frames else empty()
-    return out.filter(pl.col("idle_ns") > 0).sort(*KEYS, "step", "idle_ns",
-                                                  descending=[False] * 4 + [True])
+    # rows of equal time in one step: by cause word (no tie left to the frames' order)
+    return out.filter(pl.col("idle_ns") > 0).sort(*KEYS, "step", "idle_ns", "cause",
+                                                  descending=[False] * 4 + [True, False])
 
 
 class _Host:
@@ -308,8 +311,10 @@ def _where(paint: Painting, parts: list[npt.NDArray[np.int64]], host: _Host,
         m = pl.concat(marks).filter(pl.col("over") > 0)
         m = m.group_by("step", "cause", "name", "depth").agg(pl.col("over").sum())
         best = pl.col("over").max().over("step", "cause")
+        # ties: the deeper, then the larger overlap, then the name's byte order (the
+        # group_by above leaves rows in no set order: a tie must not fall to it)
         ann = (m.filter(pl.col("over") >= WHERE_SHARE * best)
-               .sort("depth", "over", descending=True)
+               .sort("depth", "over", "name", descending=[True, True, False])
                .group_by("step", "cause", maintain_order=True)
                .agg(pl.col("name").first().alias("annotation")))
     return (op.with_columns(pl.col("step").cast(pl.Int32))

@@ -1,0 +1,379 @@
+"""Frozen copy of ``traceatlas.analysis.idle_causes`` (and ``ops/host_activity``'s
+``union``, ``covered`` and ``Painting``) at commit e0d6d07 (unchanged through b0e67bb),
+before its speed work: the oracle the current ``causes`` table is tested equal to. The one
+change since: the tie rules made explicit in both copies identically (the innermost
+annotation among equally deep, equally overlapping ones by name; the final rows by cause
+after ``idle_ns``), which the former sorts left to Polars' group_by order. Not used by the
+package; never edit it otherwise (definitions: the module docstring of
+``traceatlas.analysis.idle_causes``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from traceatlas.analysis.requirements import DEVICE_WORK
+from traceatlas.ops.host_activity import (
+    CAUSE_ORDER,
+    PAGEABLE_RE,
+    UNTRACED,
+    IntArray,
+    name_class,
+)
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from traceatlas.model.trace import Trace
+
+def union(start: IntArray, end: IntArray) -> tuple[IntArray, IntArray, IntArray]:
+    """Disjoint segments of the intervals ``[start, end)`` (any order): ``(seg_start,
+    seg_end, first)``, ``first`` the index of the earliest interval of each segment (the
+    outermost of a call stack). Only overlapping intervals merge; touching ones stay
+    apart, so top-level calls of one thread keep their own segment."""
+    if start.size == 0:
+        return start, end, np.zeros(0, dtype=np.int64)
+    sorted_already = bool(np.all(start[1:] >= start[:-1]))
+    order = (np.arange(start.size, dtype=np.int64) if sorted_already
+             else np.argsort(start, kind="stable").astype(np.int64))
+    s, e = start[order], end[order]
+    reach = np.maximum.accumulate(e)
+    new = np.ones(s.size, dtype=bool)
+    new[1:] = s[1:] >= reach[:-1]
+    idx = np.flatnonzero(new)
+    return s[idx], np.maximum.reduceat(e, idx), order[idx]
+
+
+def covered(points: IntArray, seg_start: IntArray, seg_end: IntArray) -> npt.NDArray[np.bool_]:
+    """Whether each point lies in one of the disjoint sorted segments ``[start, end)``."""
+    if seg_start.size == 0:
+        return np.zeros(points.size, dtype=bool)
+    idx = np.searchsorted(seg_start, points, side="right") - 1
+    ok = idx >= 0
+    out = np.zeros(points.size, dtype=bool)
+    out[ok] = seg_end[idx[ok]] > points[ok]
+    return out
+
+
+class Painting:
+    """The gaps of one stream painted with the class of the host activity over them.
+
+    ``gap_start``/``gap_end``: the stream's idle gaps (disjoint); ``classes``: for each
+    class index 0..4 the host intervals ``(start, end)`` of that class. ``in_gaps(a, b,
+    k)`` gives the time of class ``k`` within the gaps and within ``[a, b)``; ``unions``
+    the class unions (``union``). Only boundaries inside the gaps are kept.
+    """
+
+    def __init__(self, gap_start: IntArray, gap_end: IntArray,
+                 classes: Sequence[tuple[IntArray, IntArray]]) -> None:
+        self.unions = [union(s, e) for s, e in classes]
+        g_start, g_end, _ = union(gap_start, gap_end)
+        inside_bounds = [x[covered(x, g_start, g_end)] for u in self.unions for x in u[:2]]
+        points = np.sort(np.concatenate([g_start, g_end, *inside_bounds]), kind="stable")
+        if points.size:
+            keep = np.ones(points.size, dtype=bool)
+            keep[1:] = points[1:] != points[:-1]
+            points = points[keep]
+        label = np.full(points.size, -1, dtype=np.int64)
+        inside = covered(points, g_start, g_end)
+        label[inside] = UNTRACED
+        for k in range(len(self.unions) - 1, -1, -1):
+            label[inside & covered(points, *self.unions[k][:2])] = k
+        length = np.zeros(points.size, dtype=np.int64)
+        length[:-1] = np.diff(points)
+        self.points, self.label = points, label
+        # cum[k, j]: time of class k in the segments before point j.
+        self.cum = np.zeros((UNTRACED + 1, points.size), dtype=np.int64)
+        for k in range(UNTRACED + 1):
+            mine = np.where(label == k, length, 0)
+            self.cum[k, 1:] = np.cumsum(mine[:-1])
+
+    def at(self, x: IntArray, k: int) -> IntArray:
+        """Time of class ``k`` within the gaps before each instant ``x`` (ns)."""
+        j = np.searchsorted(self.points, x, side="right") - 1
+        j = np.clip(j, 0, self.points.size - 1)
+        base = self.cum[k, j]
+        tail = np.where(self.label[j] == k, x - self.points[j], 0)
+        return np.where(x < self.points[0], 0, base + np.clip(tail, 0, None))
+
+    def in_gaps(self, a: IntArray, b: IntArray, k: int) -> IntArray:
+        """Time of class ``k`` within the gaps and within each ``[a, b)`` (ns)."""
+        return self.at(b, k) - self.at(a, k)
+
+
+KEYS = ["rank", "device", "stream"]
+COLUMNS = (*KEYS, "step", "cause", "idle_ns", "gaps", "annotation", "op", "kernel")
+LAUNCH_CATEGORIES = ("runtime", "driver")
+ANNOTATION = 6
+LAUNCH = 3
+WHERE_SHARE = 0.5
+"""The innermost annotation is the deepest with at least this share of the largest overlap."""
+
+
+def empty() -> pl.DataFrame:
+    """The ``causes`` table with no rows."""
+    import polars as pl
+
+    return pl.DataFrame(schema={"rank": pl.Int32, "device": pl.Int32, "stream": pl.Int64,
+                                "step": pl.Int32, "cause": pl.String, "idle_ns": pl.Int64,
+                                "gaps": pl.Int64, "annotation": pl.String, "op": pl.String,
+                                "kernel": pl.String})
+
+
+def causes(trace: Trace, gaps: pl.DataFrame, device: pl.DataFrame) -> pl.DataFrame:
+    """The ``causes`` table for the host-wait ``gaps`` (``rank, device, stream, step,
+    prev_end_ns, start_ns``); ``device``: device work with ``rank, device, stream,
+    correlation, name``."""
+    import polars as pl
+
+    if gaps.height == 0:
+        return empty()
+    ranks = gaps["rank"].unique().to_list()
+    host, calls = _host(trace, ranks, device)
+    threads = (device.join(calls.select("rank", "correlation", "track_id"),
+                           on=["rank", "correlation"], how="inner")
+               .select(*KEYS, "track_id").unique())
+    frames = []
+    by_rank = {int(k[0]): _Host(v) for k, v in
+               host.partition_by("rank", as_dict=True, maintain_order=True).items()}
+    launchers = {k: v["track_id"].to_list() for k, v in
+                 threads.partition_by(KEYS, as_dict=True).items()}
+    for (rank, dev, stream), g in gaps.partition_by(KEYS, as_dict=True).items():
+        frames.append(_stream(by_rank.get(int(rank), _Host(host.clear())),
+                              launchers.get((rank, dev, stream), []), g.sort("start_ns"),
+                              (rank, dev, stream)))
+    out = pl.concat(frames) if frames else empty()
+    # rows of equal time in one step: by cause word (no tie left to the frames' order)
+    return out.filter(pl.col("idle_ns") > 0).sort(*KEYS, "step", "idle_ns", "cause",
+                                                  descending=[False] * 4 + [True, False])
+
+
+class _Host:
+    """One rank's classified host intervals as numpy columns (names kept as a Series)."""
+
+    def __init__(self, frame: pl.DataFrame) -> None:
+        self.track = frame["track_id"].to_numpy()
+        self.k = frame["k"].to_numpy()
+        self.start = frame["start_ns"].to_numpy().astype(np.int64)
+        self.end = frame["paint_end"].to_numpy().astype(np.int64)
+        self.depth = frame["depth"].to_numpy()
+        self.name = frame["name"]
+
+    def part(self, rows: npt.NDArray[np.int64]) -> tuple[IntArray, IntArray]:
+        return self.start[rows], self.end[rows]
+
+
+def _host(trace: Trace, ranks: list[int], device: pl.DataFrame
+          ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Host intervals of ``ranks`` with their class (``k``) and painted end (``paint_end``:
+    a sync's end extended to the next launch of its thread), and the launch calls."""
+    import polars as pl
+
+    rows = (trace.intervals
+            .select("rank", "track_id", "start_ns", "end_ns", "name", "category", "depth",
+                    "correlation")
+            .filter(~pl.col("category").is_in((*DEVICE_WORK, "gpu_annotation"))
+                    & pl.col("rank").is_in(ranks))
+            .collect())
+    k = classify(rows)
+    # correlation ids are per rank: a launch is pageable when its own rank's copy is
+    pageable = (device.filter(pl.col("name").str.contains(PAGEABLE_RE.pattern)
+                              & pl.col("correlation").is_not_null())
+                .select(pl.col("rank").cast(rows["rank"].dtype),
+                        pl.col("correlation").cast(rows["correlation"].dtype))
+                .unique())
+    launch = pl.col("category").is_in(LAUNCH_CATEGORIES) & pl.col("correlation").is_not_null()
+    if pageable.height:  # launch calls of a pageable copy are syncs (only those rows join)
+        k = k.copy()
+        k[(rows.select("rank", "correlation", "category").with_row_index("_i").filter(launch)
+           .join(pageable, on=["rank", "correlation"], how="semi")["_i"].to_numpy())] = 2
+    host = rows.with_columns(k=pl.Series(k, dtype=pl.Int8))
+    if (k < 0).any():
+        host = host.filter(pl.col("k") >= 0)
+    calls = (host.filter(launch)
+             .select("rank", "track_id", "correlation", pl.col("start_ns").alias("next_ns"))
+             .sort("next_ns"))
+    host = host.with_row_index("_row")
+    syncs = (host.filter(pl.col("k") == 2).select("_row", "rank", "track_id", "end_ns")
+             .sort("end_ns")
+             .join_asof(calls.select("rank", "track_id", "next_ns"), left_on="end_ns",
+                        right_on="next_ns", by=["rank", "track_id"], strategy="forward",
+                        check_sortedness=False))
+    paint_end = host["end_ns"].to_numpy().copy()
+    rows_i = syncs["_row"].to_numpy()
+    paint_end[rows_i] = np.maximum(paint_end[rows_i],
+                                   syncs["next_ns"].fill_null(0).to_numpy())
+    host = host.drop("_row", "correlation", "category").with_columns(
+        paint_end=pl.Series(paint_end))
+    return host, calls
+
+
+def classify(rows: pl.DataFrame) -> npt.NDArray[np.int8]:
+    """``name_class`` of each row's (``name``, ``category``), each distinct pair classified
+    once, found through the categorical codes (hashing 1 M strings for a join costs more
+    than the rest of the read): a table indexed by the pair code when the codes span a
+    small range (no sort), else ``classify_sorted``."""
+    pair = _pair_codes(rows)
+    if pair.size == 0:
+        return np.zeros(0, np.int8)
+    low = int(pair.min())
+    span = int(pair.max()) - low + 1
+    if span > 4 * pair.size + 1_000_000:
+        return classify_sorted(rows)
+    first = np.full(span, -1, np.int64)
+    first[pair[::-1] - low] = np.arange(pair.size - 1, -1, -1)  # the first row of each
+    present = np.flatnonzero(first >= 0)
+    table = np.full(span, -1, np.int8)
+    table[present] = _classes(rows, first[present])
+    out: npt.NDArray[np.int8] = table[pair - low]
+    return out
+
+
+def classify_sorted(rows: pl.DataFrame) -> npt.NDArray[np.int8]:
+    """``classify`` by ``np.unique`` and a sorted search (the former path: the oracle of
+    ``classify``'s table)."""
+    pair = _pair_codes(rows)
+    distinct, first = np.unique(pair, return_index=True)
+    classes = _classes(rows, first)
+    out: npt.NDArray[np.int8] = (classes[np.searchsorted(distinct, pair)] if pair.size
+                                 else classes)
+    return out
+
+
+def _pair_codes(rows: pl.DataFrame) -> IntArray:
+    """One int64 per row from the ``name`` and ``category`` categorical codes."""
+    name_code = rows["name"].to_physical().to_numpy().astype(np.int64)
+    cat_code = rows["category"].to_physical().to_numpy().astype(np.int64)
+    out: IntArray = name_code * (int(cat_code.max(initial=0)) + 1) + cat_code
+    return out
+
+
+def _classes(rows: pl.DataFrame, first: npt.NDArray[np.int64]) -> npt.NDArray[np.int8]:
+    """``name_class`` of the rows ``first`` (one per distinct pair)."""
+    return np.array([name_class(str(n), str(c)) for n, c in zip(
+        rows["name"].gather(first).to_list(), rows["category"].gather(first).to_list(),
+        strict=True)], dtype=np.int8)
+
+
+def _stream(host: _Host, tracks: list[int], gaps: pl.DataFrame,
+            key: tuple[int, int, int]) -> pl.DataFrame:
+    """Rows of the ``causes`` table for one stream."""
+    import polars as pl
+
+    own = np.isin(host.track, np.asarray(tracks, dtype=host.track.dtype))
+    parts = [np.flatnonzero(own & (host.k == k)) for k in range(4)]
+    parts.append(np.flatnonzero(~own & (host.k == 0)))
+    classes = [host.part(p) for p in parts]
+    a = gaps["prev_end_ns"].to_numpy().astype(np.int64)
+    b = gaps["start_ns"].to_numpy().astype(np.int64)
+    paint = Painting(a, b, classes)
+    per_class = np.stack([paint.in_gaps(a, b, k) for k in range(UNTRACED + 1)])
+    # A gap in which the launching threads only dispatched ops, for at least as long as
+    # they recorded nothing: the untraced time is the Python between those ops, part of
+    # launching too slowly (the gap's final launch call alone does not make a gap so).
+    python = ((per_class[LAUNCH] >= per_class[UNTRACED])
+              & (per_class[[0, 1, 2, 4]].sum(axis=0) == 0))
+    per_class[LAUNCH] += np.where(python, per_class[UNTRACED], 0)
+    per_class[UNTRACED] = np.where(python, 0, per_class[UNTRACED])
+    per_cause = {c: np.zeros(a.size, dtype=np.int64) for c in dict.fromkeys(CAUSE_ORDER)}
+    for k, cause in enumerate(CAUSE_ORDER):
+        per_cause[cause] += per_class[k]
+    words = list(per_cause)
+    matrix = np.stack([per_cause[c] for c in words])
+    top = matrix.argmax(axis=0)
+    steps, inverse = np.unique(gaps["step"].to_numpy(), return_inverse=True)
+    n = steps.size
+    table = pl.DataFrame({
+        "step": np.tile(steps, len(words)),
+        "cause": np.repeat(np.asarray(words), n),
+        "idle_ns": np.concatenate([np.bincount(inverse, weights=row, minlength=n)
+                                   for row in matrix]).astype(np.int64),
+        "gaps": np.concatenate([np.bincount(inverse[top == i], minlength=n)
+                                for i in range(len(words))]).astype(np.int64),
+    })
+    kernels = (pl.DataFrame({"step": gaps["step"], "top": np.asarray(words)[top],
+                             "kernel": gaps["name"]})
+               .group_by("step", "top", "kernel").len()
+               .sort("len", "kernel", descending=[True, False])
+               .group_by("step", "top", maintain_order=True).agg(pl.col("kernel").first())
+               .rename({"top": "cause"}))
+    table = table.join(kernels.with_columns(pl.col("step").cast(table["step"].dtype)),
+                       on=["step", "cause"], how="left")
+    gap_step = _GapStep(np.maximum.accumulate(b), gaps["step"].to_numpy())
+    where = _where(paint, parts, host, np.flatnonzero(own & (host.k == ANNOTATION)),
+                   gap_step)
+    rank, dev, stream = key
+    return (table.join(where, on=["step", "cause"], how="left")
+            .with_columns(rank=pl.lit(rank, pl.Int32), device=pl.lit(dev, pl.Int32),
+                          stream=pl.lit(stream, pl.Int64), step=pl.col("step").cast(pl.Int32))
+            .select(COLUMNS))
+
+
+class _GapStep:
+    """The step of the first gap ending after an instant (the gap a host interval starting
+    there first overlaps): host intervals are charged to the gaps' steps, not their own
+    (a sync in step 1 whose shadow idles the GPU before step 2's first kernel is step 2's)."""
+
+    def __init__(self, gap_end: npt.NDArray[np.int64], steps: npt.NDArray[Any]) -> None:
+        self.gap_end, self.steps = gap_end, steps
+
+    def __call__(self, start: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+        idx = np.searchsorted(self.gap_end, start, side="right")
+        return self.steps[np.clip(idx, 0, self.steps.size - 1)]
+
+
+def _where(paint: Painting, parts: list[npt.NDArray[np.int64]], host: _Host,
+           notes: npt.NDArray[np.int64], gap_step: _GapStep) -> pl.DataFrame:
+    """Per (step, cause): the op (the name whose outermost class intervals overlap the
+    cause's gap time most, summed) and the innermost user annotation."""
+    import polars as pl
+
+    ops = []
+    for k, rows in enumerate(parts):
+        seg_start, seg_end, first = paint.unions[k]
+        if seg_start.size == 0:
+            continue
+        over = paint.in_gaps(seg_start, seg_end, k)
+        hit = over > 0
+        if not hit.any():
+            continue
+        ops.append(pl.DataFrame({
+            "name": host.name.gather(rows[first[hit]]).cast(pl.String),
+            "step": pl.Series(gap_step(seg_start[hit]), dtype=pl.Int32),
+            "cause": pl.Series([CAUSE_ORDER[k]] * int(hit.sum()), dtype=pl.String),
+            "over": pl.Series(over[hit], dtype=pl.Int64)}))
+    schema = {"step": pl.Int32, "cause": pl.String, "op": pl.String}
+    op = (pl.concat(ops)
+          .group_by("step", "cause", "name").agg(pl.col("over").sum())
+          .sort("over", "name", descending=[True, False])
+          .group_by("step", "cause", maintain_order=True)
+          .agg(pl.col("name").first().alias("op"))
+          if ops else pl.DataFrame(schema=schema))
+    marks = []
+    if notes.size:
+        s, e = host.part(notes)
+        steps = pl.Series(gap_step(s), dtype=pl.Int32)
+        names = host.name.gather(notes).cast(pl.String)
+        for k in range(UNTRACED + 1):
+            marks.append(pl.DataFrame({
+                "name": names, "depth": pl.Series(host.depth[notes], dtype=pl.Int64),
+                "step": steps, "cause": pl.Series([CAUSE_ORDER[k]] * notes.size,
+                                                  dtype=pl.String),
+                "over": pl.Series(paint.in_gaps(s, e, k), dtype=pl.Int64)}))
+    ann = pl.DataFrame(schema={"step": pl.Int32, "cause": pl.String, "annotation": pl.String})
+    if marks:
+        m = pl.concat(marks).filter(pl.col("over") > 0)
+        m = m.group_by("step", "cause", "name", "depth").agg(pl.col("over").sum())
+        best = pl.col("over").max().over("step", "cause")
+        # ties: the deeper, then the larger overlap, then the name's byte order (the
+        # group_by above leaves rows in no set order: a tie must not fall to it)
+        ann = (m.filter(pl.col("over") >= WHERE_SHARE * best)
+               .sort("depth", "over", "name", descending=[True, True, False])
+               .group_by("step", "cause", maintain_order=True)
+               .agg(pl.col("name").first().alias("annotation")))
+    return (op.with_columns(pl.col("step").cast(pl.Int32))
+            .join(ann.with_columns(pl.col("step").cast(pl.Int32)), on=["step", "cause"],
+                  how="full", coalesce=True))
