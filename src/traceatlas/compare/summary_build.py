@@ -1,54 +1,73 @@
-"""Building the baseline summary of a trace (the format: ``traceatlas.compare.summary``).
+"""Building the baseline summary of a trace (the format: ``traceatlas.compare.summary``),
+in rank batches on an engine (``analysis.partitioned``'s map / merge, bounded memory).
 
-The store's intervals are read once (``summary_frame.loaded``: the needed columns, in
-memory); the iteration of each interval comes from the ``steps`` windows (or phases, or
-the whole run); every kind's entities are interval unions per (key, rank, iteration) on
-numpy columns (``summary_kinds``); device kinds take their launch context from
-``launchers``; the ``efficiency`` analysis runs on the same in-memory frame.
-``traceatlas.testing.summary_reference`` keeps the former all-Polars builder as the test
-oracle: both give identical summaries.
+The client decides how iterations are found for the whole selection (``steps`` when any
+``step`` row exists; else the ``phases`` analysis, run on the engine; else the whole
+run), then maps ``summary_partial.summary_partial`` over batches of ranks (at most 4 ranks
+and 4 M stored rows each, a bigger rank alone: ``partitioned.trace_batches``; or
+``ranks_per_task`` ranks): each worker reads only its ranks' intervals and sends small
+tables back. The merge (ONE code path: the whole run is one batch of every rank) builds
+the ``[rank][iteration]`` matrices (``summary_kinds.assemble``) and applies the
+whole-run choices once: folding (``min_share`` / ``top``), ``launched_by``, notes, rank
+info. The ``efficiency`` analysis runs on the same engine (it is partitioned itself).
+Peak memory: the client holds the partials (the size of the summary); a worker one
+batch's intervals. ``traceatlas.testing.summary_reference`` keeps the former all-Polars
+builder as the test oracle: both give identical summaries.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 import traceatlas
-from traceatlas.compare.normalize import normalize
 from traceatlas.compare.summary import FORMAT, KINDS, VERSION, finite_or_none
-from traceatlas.compare.summary_kinds import Rows, codes, entities, positions
+from traceatlas.compare.summary_kinds import assemble
+from traceatlas.compare.summary_partial import (
+    KIND_CATEGORIES,
+    SummaryPartial,
+    SummaryTask,
+    summary_partial,
+)
 from traceatlas.errors import MissingDataError
-from traceatlas.model.schema import DEVICE_CATEGORIES
 
 if TYPE_CHECKING:
     import polars as pl
 
+    from traceatlas.engine.base import Engine
     from traceatlas.model.trace import Trace
 
-I64 = npt.NDArray[np.int64]
-
-KIND_CATEGORIES: dict[str, tuple[str, ...]] = {
-    "annotation": ("annotation", "nvtx", "region"),
-    "op": ("cpu_op",),
-    "kernel": ("kernel", "comm_kernel", "memcpy", "memset"),
-}
-"""Canonical categories of each named kind (``category`` takes every one but ``step``;
-``op_device`` / ``annotation_device`` take the ``kernel`` rows by launch context)."""
+__all__ = ["KIND_CATEGORIES", "build"]
 
 
-def build(trace: Trace, *, min_share: float, top: int) -> dict[str, Any]:
-    """The summary of ``trace`` as JSON-ready data (see ``traceatlas.compare.summary``)."""
-    from traceatlas.compare.summary_frame import loaded
+def build(trace: Trace, *, min_share: float, top: int, engine: Engine | None = None,
+          ranks_per_task: int | None = None) -> dict[str, Any]:
+    """The summary of ``trace`` as JSON-ready data (see ``traceatlas.compare.summary``),
+    its ranks read batch by batch on ``engine`` (None: one after the other in this
+    process). ``ranks_per_task``: batches of that many ranks whatever their rows
+    (``len(trace.ranks)``: the whole run in one batch); None: ``trace_batches``."""
+    from traceatlas.engine.local import LocalEngine
+
+    eng = engine if engine is not None else LocalEngine(max_workers=1)
+    try:
+        return _build(trace, min_share, top, eng, ranks_per_task)
+    finally:
+        if engine is None:
+            eng.close()
+
+
+def _build(trace: Trace, min_share: float, top: int, engine: Engine,
+           ranks_per_task: int | None) -> dict[str, Any]:
+    import polars as pl
 
     ranks = list(trace.ranks)
     notes: list[str] = []
-    view = loaded(trace)  # the intervals read once; every step below reads this frame
-    source, windows, rows = _iterations(view, trace, notes)
+    source, phases = _source(trace, engine, notes)
+    partials = engine.map(summary_partial, _tasks(trace, source, phases, ranks_per_task))
+    windows = pl.concat([p.windows for p in partials])
     labels = sorted(int(x) for x in windows["it"].unique().to_list())
     r_index = {r: i for i, r in enumerate(ranks)}
     i_index = {label: i for i, label in enumerate(labels)}
@@ -67,20 +86,20 @@ def build(trace: Trace, *, min_share: float, top: int) -> dict[str, Any]:
     step_count = np.where(present, 1, -1)
     entities["step"] = [{"key": step_key, "names": [step_key], "n_names": 1,
                          "ns": step_ns.tolist(), "count": step_count.tolist()}]
-    table = rows.collect()
-    device = _device_context(view, table)
-    note = _attribution_note(device)
+    note = _attribution_note(partials)
     if note:
         notes.append(note)
-    host = _Columns.of(table, ranks, labels)
-    dev = _Columns.of(device, ranks, labels)
+    names = pl.concat([p.names for p in partials])
+    cells = pl.concat([p.cells for p in partials])
     for kind in KINDS[1:]:
-        items = _kind(kind, host, dev, device, present)
+        items = assemble(names.filter(pl.col("kind") == kind).drop("kind"),
+                         cells.filter(pl.col("kind") == kind).drop("kind"),
+                         ranks, labels, present, raw_names=kind != "category")
         kept, folded = _fold(items, total, min_share, top)
         entities[kind] = kept
         if folded:
             other[kind] = _other(folded, present)
-    who = _launched_by(device, entities["kernel"])
+    who = _launched_by(partials, entities["kernel"])
     for item in entities["kernel"]:
         if item["key"] in who:
             item["launched_by"] = who[item["key"]]
@@ -98,216 +117,99 @@ def build(trace: Trace, *, min_share: float, top: int) -> dict[str, Any]:
         "other": other,
         "fold_rule": (f"an entity below {min_share:g} of total_ns and not among the {top} "
                       "largest of its kind is folded into other (summed)"),
-        "efficiency": _efficiency(view, trace, notes),
+        "efficiency": _efficiency(trace, engine, notes),
         "notes": notes,
     }
+
+
+def _source(trace: Trace, engine: Engine, notes: list[str]
+            ) -> tuple[str, pl.DataFrame | None]:
+    """How iterations are found, for the whole selection: ``steps`` (a ``step`` row on
+    some rank: one scan of the category column), ``phases`` (the ``phases`` analysis'
+    table on ``engine``, also returned: rank, it, start_ns, end_ns) or ``run``."""
+    import polars as pl
+
+    from traceatlas.analysis.registry import run
+
+    steps = (trace.intervals.select("category").filter(pl.col("category") == "step")
+             .select(pl.len()).collect().item())
+    if steps > 0:
+        return "steps", None
+    try:
+        phases: pl.DataFrame | None = run("phases", trace, engine=engine).table
+    except MissingDataError:
+        phases = None
+    if phases is not None and phases.height:
+        notes.append("no step markers: iterations are the phases analysis' repetitions")
+        return "phases", phases.select(pl.col("rank").cast(pl.Int64),
+                                       pl.col("phase").cast(pl.Int64).alias("it"),
+                                       pl.col("start_ns").cast(pl.Int64),
+                                       pl.col("end_ns").cast(pl.Int64))
+    notes.append("no step markers and no repeating phase: the whole run is one sample")
+    return "run", None
+
+
+def _tasks(trace: Trace, source: str, phases: pl.DataFrame | None,
+           ranks_per_task: int | None) -> list[SummaryTask]:
+    """One ``SummaryTask`` per batch of ranks (with its ranks' phase windows)."""
+    import polars as pl
+
+    from traceatlas.analysis.partitioned import rank_batches, trace_batches
+
+    ranks = list(trace.ranks)
+    if ranks_per_task is None:
+        batches = trace_batches(trace, ranks)
+    else:
+        batches = rank_batches(ranks, ranks_per_task)
+    tasks = []
+    for batch in batches:
+        windows: tuple[tuple[int, int, int, int], ...] = ()
+        if phases is not None:
+            mine = phases.filter(pl.col("rank").is_in(list(batch)))
+            windows = tuple((int(r), int(i), int(s), int(e)) for r, i, s, e in mine.iter_rows())
+        tasks.append(SummaryTask(trace.location, trace.selections, batch, source, windows))
+    return tasks
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:
     return ", ".join(map(str, ranks[:20])) + (" ..." if len(ranks) > 20 else "")
 
 
-def _iterations(view: Trace, trace: Trace, notes: list[str]
-                ) -> tuple[str, pl.DataFrame, pl.LazyFrame]:
-    """(source, windows with rank/it/dur_ns, intervals with rank/start_ns/end_ns/
-    correlation/name/category/it, rows outside every iteration dropped). ``view``: the
-    loaded intervals; ``trace``: the store, for an analysis needing other columns."""
-    import polars as pl
-
-    base = view.intervals.select("rank", "start_ns", "end_ns", "correlation", "step",
-                                 "name", "category")
-    has_steps = base.filter(pl.col("category") == "step").select(pl.len()).collect().item() > 0
-    if has_steps:
-        # the steps analysis' windows without its breakdown (most of its cost)
-        from traceatlas.analysis.steps import _markers, _windows
-
-        windows = (_windows(view, _markers(view, "").collect().lazy())
-                   .select("rank", pl.col("step").cast(pl.Int64).alias("it"),
-                           (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
-                   .sort("rank", "it").collect())
-        rows = base.filter(pl.col("step") >= 0).with_columns(pl.col("step").alias("it"))
-        return "steps", windows, rows.drop("step")
-    phases = _table("phases", view, trace)
-    if phases is not None and phases.height:
-        notes.append("no step markers: iterations are the phases analysis' repetitions")
-        windows = phases.select("rank", pl.col("phase").alias("it"), "start_ns", "end_ns",
-                                "dur_ns")
-        return "phases", windows.select("rank", "it", "dur_ns"), _by_windows(base, windows)
-    notes.append("no step markers and no repeating phase: the whole run is one sample")
-    spans = (base.group_by("rank").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
-             .collect())
-    windows = spans.select("rank", pl.lit(0, pl.Int64).alias("it"),
-                           (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
-    return "run", windows, base.with_columns(pl.lit(0, pl.Int64).alias("it")).drop("step")
-
-
-def _table(name: str, view: Trace, trace: Trace) -> pl.DataFrame | None:
-    """The main table of analysis ``name`` on the loaded view (on the store when it needs
-    a column the view did not load); None when it does not apply."""
-    import polars as pl
-
-    from traceatlas.analysis.registry import run
-
-    try:
-        try:
-            return run(name, view).table
-        except pl.exceptions.ColumnNotFoundError:
-            return run(name, trace).table
-    except MissingDataError:
-        return None
-
-
-def _by_windows(base: pl.LazyFrame, windows: pl.DataFrame) -> pl.LazyFrame:
-    """Intervals with the iteration whose [start, end) holds their time: a device
-    interval's time is its launch's start (same rank and correlation), else its own."""
-    import polars as pl
-
-    device = pl.col("category").is_in(tuple(DEVICE_CATEGORIES))
-    launches = (base.filter(pl.col("category").is_in(("runtime", "driver"))
-                            & pl.col("correlation").is_not_null())
-                .group_by("rank", "correlation").agg(pl.col("start_ns").min().alias("ls")))
-    timed = (base.join(launches, on=["rank", "correlation"], how="left")
-             .with_columns(pl.when(device).then(pl.coalesce("ls", "start_ns"))
-                           .otherwise(pl.col("start_ns")).alias("t")))
-    wins = windows.lazy().select(pl.col("rank").cast(pl.Int32), "it",
-                                 pl.col("start_ns").alias("ws"),
-                                 pl.col("end_ns").alias("we")).sort("ws")
-    return (timed.sort("t")
-            .join_asof(wins, left_on="t", right_on="ws", by="rank", strategy="backward",
-                       check_sortedness=False)
-            .filter(pl.col("ws").is_not_null() & (pl.col("t") < pl.col("we")))
-            .select("rank", "start_ns", "end_ns", "correlation", "name", "category", "it"))
-
-
-def _keys(names: pl.Series) -> pl.DataFrame:
-    """``name`` -> ``key`` (``normalize``) for the distinct non-null names given."""
-    import polars as pl
-
-    distinct = [n for n in names.unique().to_list() if n is not None]
-    return pl.DataFrame({"name": distinct, "key": [normalize(n) for n in distinct]},
-                        schema={"name": pl.String, "key": pl.String})
-
-
-def _device_context(view: Trace, rows: pl.DataFrame) -> pl.DataFrame:
-    """Device rows (rank, it, start_ns, end_ns, name) with their launch context
-    (``compare.launchers``): ``op`` and ``annotations``, plus a row id ``_d``."""
-    import polars as pl
-
-    from traceatlas.compare.launchers import launch_context
-
-    device = (rows.filter(pl.col("category").is_in(KIND_CATEGORIES["kernel"]))
-              .select("rank", "it", "start_ns", "end_ns", pl.col("name").cast(pl.String),
-                      "correlation")
-              .with_row_index("_d"))
-    ctx = launch_context(view)
-    return (device.with_columns(pl.col("rank").cast(pl.Int32),
-                                pl.col("correlation").cast(pl.Int64))
-            .join(ctx, on=["rank", "correlation"], how="left")
-            .with_columns(pl.col("annotations").fill_null(pl.lit([], pl.List(pl.String))))
-            .drop("correlation"))
-
-
-@dataclass(frozen=True)
-class _Columns:
-    """A frame's rank / iteration positions (``summary_kinds.positions``), times, and the
-    codes of its ``name`` and ``category`` columns (when it has them)."""
-
-    frame: pl.DataFrame
-    r: I64
-    i: I64
-    start: I64
-    end: I64
-
-    @classmethod
-    def of(cls, frame: pl.DataFrame, ranks: list[int], labels: list[int]) -> _Columns:
-        return cls(frame, positions(frame["rank"].to_numpy(), ranks),
-                   positions(frame["it"].to_numpy(), labels),
-                   frame["start_ns"].to_numpy().astype(np.int64),
-                   frame["end_ns"].to_numpy().astype(np.int64))
-
-    def rows(self, column: str, mask: npt.NDArray[np.bool_] | None = None) -> Rows:
-        """``summary_kinds.Rows`` of the rows in ``mask`` (all when None), named by
-        ``column`` (String or Categorical, no nulls in ``mask``)."""
-        series = self.frame[column]
-        if mask is not None:
-            series = series.filter(mask)
-        code, names = codes(series)
-        if mask is None:
-            return Rows(names, code, self.r, self.i, self.start, self.end)
-        return Rows(names, code, self.r[mask], self.i[mask], self.start[mask], self.end[mask])
-
-
-def _kind(kind: str, host: _Columns, dev: _Columns, device: pl.DataFrame,
-          present: npt.NDArray[np.bool_]) -> list[dict[str, Any]]:
-    """Entities of ``kind`` (``summary_kinds.entities``). Device kinds: the device rows
-    under their launching op's name, or once under each enclosing annotation's name (a
-    name repeated in nested annotations counted once)."""
-    import polars as pl
-
-    if kind == "op_device":
-        mask = device["op"].is_not_null().to_numpy()
-        return entities(dev.rows("op", mask), normalize, present, raw_names=True)
-    if kind == "annotation_device":
-        exploded = (device.select("_d", "rank", "it", "start_ns", "end_ns",
-                                  pl.col("annotations").alias("name"))
-                    .explode("name").drop_nulls("name").unique(["_d", "name"]))
-        d = exploded["_d"].to_numpy()
-        cols = _Columns(exploded, dev.r[d], dev.i[d],
-                        exploded["start_ns"].to_numpy().astype(np.int64),
-                        exploded["end_ns"].to_numpy().astype(np.int64))
-        return entities(cols.rows("name"), normalize, present, raw_names=True)
-    category = host.frame["category"]
-    if kind == "category":
-        mask = (category != "step").to_numpy()
-        return entities(host.rows("category", mask), str, present, raw_names=False)
-    mask = category.is_in(KIND_CATEGORIES[kind]).to_numpy()
-    return entities(host.rows("name", mask), normalize, present, raw_names=True)
-
-
-def _launched_by(device: pl.DataFrame, kernels: list[dict[str, Any]]) -> dict[str, Any]:
+def _launched_by(partials: Sequence[SummaryPartial],
+                 kernels: list[dict[str, Any]]) -> dict[str, Any]:
     """Per kept kernel key: ``[op, op_share, annotation, annotation_share]``, the op key
     and the innermost annotation key that launched the largest part of its summed device
-    time, with that part (0..1); None where none."""
-    import polars as pl
-
-    if not kernels or device.height == 0:
+    time (ties: the smallest key), with that part (0..1, rounded to 3 places); None
+    where none."""
+    kept = {k["key"] for k in kernels}
+    totals: dict[str, int] = {}
+    for p in partials:
+        for key, t in p.totals.iter_rows():
+            if key in kept:
+                totals[key] = totals.get(key, 0) + int(t)
+    if not totals:
         return {}
-    keyed = (device.join(_keys(device["name"]), on="name", how="left")
-             .filter(pl.col("key").is_in([k["key"] for k in kernels]))
-             .select("key", (pl.col("end_ns") - pl.col("start_ns")).alias("dur"),
-                     pl.col("op").alias("op_name"),
-                     pl.col("annotations").list.last().alias("ann_name")))
-    if keyed.height == 0:
-        return {}
-    totals = keyed.group_by("key").agg(pl.col("dur").sum().alias("total"))
-    out: dict[str, list[Any]] = {k: [None, 0.0, None, 0.0] for k in totals["key"].to_list()}
-    for col, slot in (("op_name", 0), ("ann_name", 2)):
-        named = keyed.filter(pl.col(col).is_not_null())
-        if named.height == 0:
-            continue
-        names = _keys(named[col]).rename({"name": col, "key": "launcher"})
-        best = (named.join(names, on=col, how="left")
-                .group_by("key", "launcher").agg(pl.col("dur").sum().alias("d"))
-                .sort(["key", "d", "launcher"], descending=[False, True, False])
-                .group_by("key", maintain_order=True).first()
-                .join(totals, on="key"))
-        for key, launcher, d, total in best.select("key", "launcher", "d", "total").iter_rows():
-            out[key][slot] = launcher
-            out[key][slot + 1] = round(d / total, 3) if total else 0.0
+    sums: dict[tuple[str, int, str], int] = {}
+    for p in partials:
+        for key, slot, launcher, d in p.launchers.iter_rows():
+            if key in totals:
+                sums[(key, slot, launcher)] = sums.get((key, slot, launcher), 0) + int(d)
+    best: dict[tuple[str, int], tuple[int, str]] = {}
+    for (key, slot, launcher), d in sums.items():
+        if (key, slot) not in best or (-d, launcher) < best[(key, slot)]:
+            best[(key, slot)] = (-d, launcher)
+    out: dict[str, list[Any]] = {k: [None, 0.0, None, 0.0] for k in totals}
+    for (key, slot), (neg, launcher) in best.items():
+        total = totals[key]
+        out[key][slot] = launcher
+        out[key][slot + 1] = round(-neg / total, 3) if total else 0.0
     return out
 
 
-def _attribution_note(device: pl.DataFrame) -> str | None:
+def _attribution_note(partials: Sequence[SummaryPartial]) -> str | None:
     """How much of the device activities' summed time has a launching op / annotation."""
-    import polars as pl
-
-    if device.height == 0:
-        return None
-    dur = pl.col("end_ns") - pl.col("start_ns")
-    total, with_op, with_ann = device.select(
-        dur.sum().alias("t"), dur.filter(pl.col("op").is_not_null()).sum().alias("o"),
-        dur.filter(pl.col("annotations").list.len() > 0).sum().alias("a")).row(0)
-    if not total:
+    rows, total, with_op, with_ann = (sum(p.device[j] for p in partials) for j in range(4))
+    if rows == 0 or not total:
         return None
     return (f"device time launched inside an op: {with_op / total:.1%}, inside an "
             f"annotation: {with_ann / total:.1%} (summed durations; the rest is "
@@ -370,16 +272,12 @@ def _rank_info(trace: Trace, ranks: list[int]) -> list[dict[str, Any]]:
     return info
 
 
-def _efficiency(view: Trace, trace: Trace, notes: list[str]) -> list[list[Any]] | None:
-    import polars as pl
-
+def _efficiency(trace: Trace, engine: Engine, notes: list[str]) -> list[list[Any]] | None:
+    """The ``efficiency`` analysis' rows, run on ``engine`` (in rank batches)."""
     from traceatlas.analysis.registry import run
 
     try:
-        try:
-            table = run("efficiency", view).table
-        except pl.exceptions.ColumnNotFoundError:  # a column the view did not load
-            table = run("efficiency", trace).table
+        table = run("efficiency", trace, engine=engine).table
     except MissingDataError as exc:
         notes.append(f"efficiency model not computed: {exc.problem}")
         return None

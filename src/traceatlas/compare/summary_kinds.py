@@ -1,8 +1,10 @@
-"""The entities of one kind of the baseline summary, on numpy columns.
+"""The entities of one kind of the baseline summary, on numpy columns, in two steps.
 
-Input: per interval of the kind, its raw-name code, rank position, iteration position,
-``start_ns`` and ``end_ns``. Output: per key (``normalize`` of the raw names, sorted), the
-union ns and the count of its intervals in each (rank, iteration), as in
+``kind_cells`` (per rank batch, on a worker): input per interval of the kind, its
+raw-name code, rank position, iteration position, ``start_ns`` and ``end_ns``; output
+per raw name its key (``normalize``) and row count, and per (key, rank, iteration) the
+union ns and the count of its intervals (small tables). ``assemble`` (the client) adds
+up every batch's tables into the entities' ``[rank][iteration]`` matrices. Unions as in
 ``traceatlas.ops.unions.union_ns`` (touching intervals merge; a union, never a sum): one
 sort by (group, start) (``numpy.lexsort``), then the merged segments of every group at
 once (a running maximum of the ends, made group-local by shifting each group's values
@@ -66,49 +68,88 @@ def positions(values: npt.NDArray[Any], labels: Sequence[int]) -> I64:
     return np.where(ordered[pos] == vals, pos, -1).astype(np.int64)
 
 
-def entities(rows: Rows, key_of: Callable[[str], str], present: npt.NDArray[np.bool_], *,
-             raw_names: bool) -> list[dict[str, Any]]:
-    """Entities ``{key, names, n_names, ns, count, _total}`` sorted by key; ``ns`` /
-    ``count`` are ``[rank][iteration]`` lists, -1 where ``present`` is false; ``names``:
-    up to ``MAX_NAMES`` raw names, most frequent first (ties by name), empty when the
-    only raw name is the key itself or ``raw_names`` is false."""
-    from traceatlas.compare.summary import MAX_NAMES
+def kind_cells(rows: Rows, key_of: Callable[[str], str], ranks: Sequence[int],
+               labels: Sequence[int]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One kind's share of a rank batch (the map step). ``rows.r`` / ``rows.i``: positions
+    in ``ranks`` / ``labels`` (the batch's own; every row has both). Returns (``names``:
+    key, name, n = rows per raw name used; ``cells``: key, rank, it, ``ns`` = union ns
+    and ``count`` = rows, per (key, rank, iteration) that has rows)."""
+    import polars as pl
 
     n_codes = len(rows.names)
     per_code = np.bincount(rows.code, minlength=n_codes)
     used = np.flatnonzero(per_code)
-    if len(used) == 0:
-        return []
     key_by_code = {int(c): key_of(rows.names[int(c)]) for c in used}
     keys = sorted(set(key_by_code.values()))
+    names = pl.DataFrame({"key": [key_by_code[int(c)] for c in used],
+                          "name": [rows.names[int(c)] for c in used],
+                          "n": per_code[used].astype(np.int64)},
+                         schema={"key": pl.String, "name": pl.String, "n": pl.Int64})
     k_index = {k: j for j, k in enumerate(keys)}
     to_key = np.full(n_codes, -1, dtype=np.int64)
-    for c, k in key_by_code.items():
-        to_key[c] = k_index[k]
+    for c, key in key_by_code.items():
+        to_key[c] = k_index[key]
+    n_ranks, n_its = len(ranks), len(labels)
+    gid = (to_key[rows.code] * n_ranks + rows.r) * n_its + rows.i
+    ns, count = union_by_group(gid, rows.start, rows.end, len(keys) * n_ranks * n_its)
+    cell = np.flatnonzero(count)
+    k_of, rest = np.divmod(cell, max(1, n_ranks * n_its))
+    r, i = np.divmod(rest, max(1, n_its))
+    cells = pl.DataFrame({"key": [keys[int(j)] for j in k_of],
+                          "rank": np.asarray(ranks, dtype=np.int64)[r],
+                          "it": np.asarray(labels, dtype=np.int64)[i],
+                          "ns": ns[cell], "count": count[cell]},
+                         schema={"key": pl.String, "rank": pl.Int64, "it": pl.Int64,
+                                 "ns": pl.Int64, "count": pl.Int64})
+    return names, cells
+
+
+def assemble(names: pl.DataFrame, cells: pl.DataFrame, ranks: Sequence[int],
+             labels: Sequence[int], present: npt.NDArray[np.bool_], *,
+             raw_names: bool) -> list[dict[str, Any]]:
+    """A kind's entities from every batch's ``kind_cells`` (the merge step; the whole
+    run is one batch): ``{key, names, n_names, ns, count, _total}`` sorted by key;
+    ``ns`` / ``count`` are ``[rank][iteration]`` lists over ``ranks`` x ``labels``
+    (cells of an iteration not in ``labels`` are left out), -1 where ``present`` is
+    false; ``names``: up to ``MAX_NAMES`` raw names, most rows first (ties by name),
+    empty when the only raw name is the key itself or ``raw_names`` is false."""
+    from traceatlas.compare.summary import MAX_NAMES
+
+    per_name: dict[tuple[str, str], int] = {}
+    for key, name, n in names.iter_rows():
+        per_name[(key, name)] = per_name.get((key, name), 0) + int(n)
+    keys = sorted({key for key, _ in per_name})
+    if not keys:
+        return []
+    k_index = {k: j for j, k in enumerate(keys)}
     n_ranks, n_its = present.shape
-    size = len(keys) * n_ranks * n_its
-    ok = (rows.r >= 0) & (rows.i >= 0)
-    gid = (to_key[rows.code[ok]] * n_ranks + rows.r[ok]) * n_its + rows.i[ok]
-    ns_flat, count_flat = union_by_group(gid, rows.start[ok], rows.end[ok], size)
-    ns = ns_flat.reshape(len(keys), n_ranks, n_its)
-    count = count_flat.reshape(len(keys), n_ranks, n_its)
+    ns = np.zeros((len(keys), n_ranks, n_its), dtype=np.int64)
+    count = np.zeros((len(keys), n_ranks, n_its), dtype=np.int64)
+    if cells.height:
+        k = np.array([k_index[key] for key in cells["key"].to_list()], dtype=np.int64)
+        r = positions(cells["rank"].to_numpy(), ranks)
+        i = positions(cells["it"].to_numpy(), labels)
+        ok = (r >= 0) & (i >= 0)
+        at = (k[ok], r[ok], i[ok])
+        np.add.at(ns, at, cells["ns"].to_numpy().astype(np.int64)[ok])
+        np.add.at(count, at, cells["count"].to_numpy().astype(np.int64)[ok])
     ns[:, ~present] = -1
     count[:, ~present] = -1
-    listed: dict[str, list[tuple[int, str]]] = {k: [] for k in keys}
-    for c, k in key_by_code.items():
-        listed[k].append((-int(per_code[c]), rows.names[int(c)]))
+    listed: dict[str, list[tuple[int, str]]] = {key: [] for key in keys}
+    for (key, name), n in per_name.items():
+        listed[key].append((-n, name))
     items = []
     for j, key in enumerate(keys):
-        names: list[str] = []
+        shown: list[str] = []
         n_names = 0
         if raw_names:
             seen = sorted(listed[key])
-            names = [name for _, name in seen[:MAX_NAMES]]
+            shown = [name for _, name in seen[:MAX_NAMES]]
             n_names = len(seen)
-            if names == [key]:
-                names = []  # the raw name is the key itself
+            if shown == [key]:
+                shown = []  # the raw name is the key itself
         m = ns[j]
-        items.append({"key": key, "names": names, "n_names": n_names, "ns": m.tolist(),
+        items.append({"key": key, "names": shown, "n_names": n_names, "ns": m.tolist(),
                       "count": count[j].tolist(), "_total": int(m[m > 0].sum())})
     return items
 
