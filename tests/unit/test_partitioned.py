@@ -58,7 +58,7 @@ def test_declarations_follow_parameters() -> None:
     assert is_partitioned(registry.get_analysis("comm_matrix"), {})  # by message
     assert is_partitioned(registry.get_analysis("profile"), {"by": "name"})  # merged
     assert is_partitioned(registry.get_analysis("mpi_wait"), {})  # by message, 2 passes
-    assert not is_partitioned(registry.get_analysis("mpi_collectives"), {})
+    assert is_partitioned(registry.get_analysis("mpi_collectives"), {})  # merged
     assert not is_partitioned(registry.get_analysis("critical_path"), {})
 
 

@@ -39,23 +39,41 @@ process enters" to barriers and n-to-n collectives only and has root-aware patte
 1-to-n ("Late Broadcast": only destinations wait for the root) and n-to-1 ("Early
 Reduce": only the root waits); here every collective uses the n-to-n rule, capped at the
 caller's own call. Pipit has no collective analysis.
+
+Engines (``analysis.partitioned``): declared ``partition = "rank"`` with a ``partial``
+and a ``merge``, so ``--engine local`` / ``dask`` run it in rank batches: each batch
+sends only its MPI collective calls (rank, start_ns, end_ns, bytes, op, communicator,
+Extrae communicator id: ``mpi_collectives_calls``) and the Extrae communicator ids each
+rank saw; the merge numbers and matches the calls once, over every rank. ``run`` is the
+same code on one batch holding every rank. The client holds every collective call of the
+selection (7 columns, ~50 bytes a call), never the other intervals. Tie rule: on one
+rank, calls of one (communicator, op) that start and end at the same time are numbered
+by ``bytes`` (nulls first).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import Result
+from traceatlas.analysis.mpi_collectives_calls import (
+    CALL_COLUMNS,
+    COLLECTIVE_NAME,
+    COMMUNICATOR,
+    SEND_SIZE,
+    collective_calls,
+    schema,
+)
+from traceatlas.analysis.partitioned import RANK
 
 if TYPE_CHECKING:
     import polars as pl
 
     from traceatlas.model.trace import Trace
 
-COLLECTIVE_NAME = (r"(?i)^MPI_I?(Allreduce|Barrier|Bcast|Reduce\w*|Allgather\w*|Alltoall\w*|"
-                   r"Gather\w*|Scatter\w*|Scan|Exscan|Neighbor_\w+)$")
-"""MPI collective call names (when the source does not set the ``collective`` column)."""
+__all__ = ["COLLECTIVE_NAME", "COMMUNICATOR", "INSTANCE", "SEND_SIZE", "MpiCollectives"]
+
 INSTANCE = ["communicator", "op", "occurrence"]
 
 
@@ -66,12 +84,28 @@ class MpiCollectives:
     description = "MPI collective calls matched across ranks: late arrivers and wait time"
     params = ()
     requires = ("mpi",)
+    partition = RANK
+    """In rank batches (``analysis.partitioned``): ``partial`` sends the batch's
+    collective calls, ``merge`` matches them across every rank (module docstring)."""
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """One row per collective instance; extra tables per_rank and by_rank."""
+        return self.merge([self.partial(trace, params)], params)
+
+    def partial(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """The batch's collective calls (table) and the Extrae communicator ids each of
+        its ranks saw (extra ``comm_ids``): ``mpi_collectives_calls``."""
+        calls, comm_ids = collective_calls(trace)
+        return Result(calls, extra={"comm_ids": comm_ids})
+
+    def merge(self, partials: Sequence[Result], params: Mapping[str, Any]) -> Result:
+        """Every batch's calls matched into instances (exact: integer ns)."""
         import polars as pl
 
-        per_rank = _per_rank(trace).collect()
+        calls = pl.concat([p.table for p in partials], how="vertical") if partials else (
+            pl.DataFrame(schema=schema()))
+        ids = pl.concat([p.extra["comm_ids"] for p in partials], how="vertical")
+        per_rank = _per_rank(calls.select(*CALL_COLUMNS), ids)
         instances = _instances(per_rank)
         per_rank = (
             per_rank.join(instances.select(*INSTANCE, "instance", "late_rank"), on=INSTANCE)
@@ -89,23 +123,21 @@ class MpiCollectives:
                       notes=notes)
 
 
-def _per_rank(trace: Trace) -> pl.LazyFrame:
-    """Collective calls keyed by (communicator, op, occurrence), with wait_ns."""
+def _per_rank(calls: pl.DataFrame, comm_ids: pl.DataFrame) -> pl.DataFrame:
+    """Collective calls keyed by (communicator, op, occurrence), with wait_ns. Extrae
+    communicator ids name the communicator (``comm <id>``, where the column is null)
+    only when every rank that saw one saw the same ids."""
     import polars as pl
 
-    name = pl.col("name").cast(pl.String)
-    op = pl.coalesce(pl.col("collective").cast(pl.String).str.to_lowercase(),
-                     name.str.replace(r"(?i)^MPI_", "").str.to_lowercase())
-    calls = _with_global_op_events(
-        trace,
-        trace.intervals
-        .filter((pl.col("category").cast(pl.String) == "mpi")
-                & (pl.col("collective").is_not_null() | name.str.contains(COLLECTIVE_NAME)))
-        .select("rank", "start_ns", "end_ns", "bytes", op.alias("op"),
-                pl.col("process_group").cast(pl.String).alias("communicator")))
+    same_ids = comm_ids.height == 0 or comm_ids["ids"].n_unique() <= 1
+    communicator = pl.col("communicator")
+    if same_ids:
+        communicator = pl.coalesce(communicator,
+                                   pl.lit("comm ") + pl.col("comm_id").cast(pl.String))
     calls = (
-        calls.with_columns(pl.col("communicator").fill_null(""))
-        .sort("rank", "start_ns", "end_ns")
+        calls.with_columns(communicator.fill_null(""))
+        .drop("comm_id")
+        .sort("rank", "start_ns", "end_ns", "bytes", nulls_last=False)
         .with_columns(occurrence=pl.int_range(pl.len(), dtype=pl.Int64)
                       .over("rank", "communicator", "op"))
     )
@@ -115,51 +147,6 @@ def _per_rank(trace: Trace) -> pl.LazyFrame:
         dur_ns=pl.col("end_ns") - pl.col("start_ns"),
         wait_ns=pl.min_horizontal(last, pl.col("end_ns")) - pl.col("start_ns"),
     )
-
-
-SEND_SIZE, COMMUNICATOR = 50100001, 50100004
-"""Extrae event types: send size (bytes) and communicator id of an MPI global op."""
-
-
-def _with_global_op_events(trace: Trace, calls: pl.LazyFrame) -> pl.LazyFrame:
-    """``calls`` with null ``bytes`` / ``communicator`` filled from Extrae's global-op
-    events (Paraver instants) on the same rank within the call (module docstring)."""
-    import polars as pl
-
-    args = pl.col("args")
-    events = (
-        trace.instants.filter(args.str.contains('"type": 501000', literal=True))
-        .select("rank", "ts_ns",
-                type=args.str.json_path_match("$.type").cast(pl.Int64, strict=False),
-                value=args.str.json_path_match("$.value").cast(pl.Int64, strict=False))
-        .filter(pl.col("type").is_in((SEND_SIZE, COMMUNICATOR)))
-        .collect()
-    )
-    if events.height == 0:
-        return calls
-    comms = events.filter(pl.col("type") == COMMUNICATOR).group_by("rank").agg(
-        pl.col("value").unique().sort())
-    if comms["value"].n_unique() > 1:  # ids that differ between ranks cannot key instances
-        events = events.filter(pl.col("type") != COMMUNICATOR)
-    calls = calls.with_row_index("_call")
-    for kind, column in ((SEND_SIZE, "_size"), (COMMUNICATOR, "_comm")):
-        part = (events.lazy().filter(pl.col("type") == kind)
-                .select(pl.col("rank").cast(pl.Int64), "ts_ns", pl.col("value").alias(column))
-                .sort("ts_ns"))
-        found = (
-            calls.select("_call", pl.col("rank").cast(pl.Int64), "start_ns", "end_ns")
-            .sort("start_ns")
-            .join_asof(part, left_on="start_ns", right_on="ts_ns", by="rank",
-                       strategy="forward", check_sortedness=False)
-            .filter(pl.col("ts_ns") <= pl.col("end_ns"))
-            .select("_call", column)
-        )
-        calls = calls.join(found, on="_call", how="left")
-    return calls.with_columns(
-        bytes=pl.coalesce(pl.col("bytes"), pl.col("_size")),
-        communicator=pl.coalesce(pl.col("communicator"),
-                                 pl.lit("comm ") + pl.col("_comm").cast(pl.String)),
-    ).drop("_call", "_size", "_comm")
 
 
 def _instances(per_rank: pl.DataFrame) -> pl.DataFrame:
