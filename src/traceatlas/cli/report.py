@@ -44,7 +44,8 @@ def _baseline_summary(path: Path, engine: str | Engine) -> dict[str, Any]:
         return read_summary(path)
     if not path.exists():
         raise InputError(path, "no such file or directory (the --baseline run)")
-    return summarize(_open_run(path, engine))
+    return summarize(_open_run(path, engine),  # rank batches; on a Dask engine when given
+                     engine=None if isinstance(engine, str) else engine)
 
 
 def _report(paths: list[Path], out: Path | None, fmt: str, engine: str,

@@ -31,11 +31,19 @@ def summary_command(
 ) -> None:
     """Write the compact baseline summary of a run (per step, annotation, op, kernel and
     category times per iteration and rank; efficiency model) for `traceatlas diff` and CI."""
+    from traceatlas.cli.analyze import analysis_engine
+    from traceatlas.engine import LocalEngine
+
     replaceable_file(out, hint="-o names the summary file to write")  # before any work
     refuse_inputs(out, [path])
-    with output.progress(f"ingest {path.name}") as bar:
-        trace = traceatlas.open(str(path), engine=engine, progress=bar)
-    summary = summarize(trace)
+    eng = analysis_engine(engine)  # an unknown engine fails before any ingest
+    try:
+        with output.progress(f"ingest {path.name}") as bar:
+            trace = traceatlas.open(str(path), engine=engine if isinstance(
+                eng, LocalEngine) else eng, progress=bar)
+        summary = summarize(trace, engine=eng)  # rank batches on the engine
+    finally:
+        eng.close()
     with writing(out):
         write_summary(summary, out)
     output.stderr.print(

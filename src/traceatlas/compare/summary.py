@@ -171,11 +171,13 @@ class Summary(msgspec.Struct, forbid_unknown_fields=True):
     notes: list[str]
 
 
-def summarize(trace: Any, *, min_share: float = MIN_SHARE, top: int = TOP) -> dict[str, Any]:
-    """The summary of ``trace`` (a ``traceatlas.Trace``) as plain JSON-ready data."""
+def summarize(trace: Any, *, min_share: float = MIN_SHARE, top: int = TOP,
+              engine: Any = None) -> dict[str, Any]:
+    """The summary of ``trace`` (a ``traceatlas.Trace``) as plain JSON-ready data, built
+    in rank batches on ``engine`` (None: one after the other in this process)."""
     from traceatlas.compare.summary_build import build
 
-    return build(trace, min_share=min_share, top=top)
+    return build(trace, min_share=min_share, top=top, engine=engine)
 
 
 def write_summary(summary: dict[str, Any], path: str | Path) -> Path:
