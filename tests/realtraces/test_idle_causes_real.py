@@ -127,8 +127,9 @@ def test_breakdown_host_comm_is_the_gloo_union(stores: dict[str, traceatlas.Trac
 @pytest.mark.parametrize("name", ["healthy", "dataload", "imbalance"])
 def test_classify_table_equals_sorted_path(stores: dict[str, traceatlas.Trace], name: str,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """``idle_causes.classify`` (code table) against ``classify_sorted`` (the former
-    np.unique path) and a per-row ``name_class``, and the whole causes table with either."""
+    """``idle_causes.classify`` (one hashed path) against the frozen ``classify_sorted``
+    (the former np.unique path) and a per-row ``name_class``, and the whole causes table
+    with either."""
     import polars as pl
 
     from traceatlas.analysis import idle_causes
@@ -137,13 +138,15 @@ def test_classify_table_equals_sorted_path(stores: dict[str, traceatlas.Trace], 
     trace = stores[name]
     rows = trace.intervals.select("name", "category").collect()
     fast = idle_causes.classify(rows)
-    assert np.array_equal(fast, idle_causes.classify_sorted(rows))
+    from traceatlas.testing.frozen_idle_causes import classify_sorted
+
+    assert np.array_equal(fast, classify_sorted(rows))
     pairs = rows.select(pl.col("name").cast(pl.String), pl.col("category").cast(pl.String))
     memo: dict[tuple[str, str], int] = {}
     plain = [memo.setdefault((n, c), name_class(str(n), str(c))) for n, c in pairs.iter_rows()]
     assert fast.tolist() == plain
     new = _causes(trace)[1]
-    monkeypatch.setattr(idle_causes, "classify", idle_causes.classify_sorted)
+    monkeypatch.setattr(idle_causes, "classify", classify_sorted)
     assert new.equals(_causes(trace)[1])
 
 

@@ -27,7 +27,7 @@ searches over one painted timeline per stream, no loop over gaps.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -40,7 +40,9 @@ from traceatlas.ops.host_activity import (
     IntArray,
     Painting,
     name_class,
+    union,
 )
+from traceatlas.ops.key_lookup import lookup
 
 if TYPE_CHECKING:
     import polars as pl
@@ -76,12 +78,12 @@ def causes(trace: Trace, gaps: pl.DataFrame, device: pl.DataFrame) -> pl.DataFra
         return empty()
     ranks = gaps["rank"].unique().to_list()
     host, calls = _host(trace, ranks, device)
-    threads = (device.join(calls.select("rank", "correlation", "track_id"),
-                           on=["rank", "correlation"], how="inner")
-               .select(*KEYS, "track_id").unique())
+    threads = _launching_threads(device, calls)
     frames = []
-    by_rank = {int(k[0]): _Host(v) for k, v in
-               host.partition_by("rank", as_dict=True, maintain_order=True).items()}
+    one = host["rank"].unique()  # one rank (a batch of one): no copy per rank
+    by_rank = ({int(one[0]): _Host(host)} if one.len() == 1 else
+               {int(k[0]): _Host(v) for k, v in
+                host.partition_by("rank", as_dict=True, maintain_order=True).items()})
     launchers = {k: v["track_id"].to_list() for k, v in
                  threads.partition_by(KEYS, as_dict=True).items()}
     for (rank, dev, stream), g in gaps.partition_by(KEYS, as_dict=True).items():
@@ -94,8 +96,23 @@ def causes(trace: Trace, gaps: pl.DataFrame, device: pl.DataFrame) -> pl.DataFra
                                                   descending=[False] * 4 + [True, False])
 
 
+def _launching_threads(device: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """Distinct ``rank, device, stream, track_id``: the threads whose launch calls (matched
+    by rank and correlation) launched work on each stream. A sorted search of the packed
+    keys (``ops.key_lookup``); an inner join when the keys repeat or do not pack."""
+    track = lookup(calls["rank"], calls["correlation"], calls["track_id"],
+                   device["rank"], device["correlation"])
+    if track is None:
+        return (device.join(calls.select("rank", "correlation", "track_id"),
+                            on=["rank", "correlation"], how="inner")
+                .select(*KEYS, "track_id").unique())
+    return device.select(*KEYS).with_columns(track).drop_nulls("track_id").unique()
+
+
 class _Host:
-    """One rank's classified host intervals as numpy columns (names kept as a Series)."""
+    """One rank's classified host intervals as numpy columns (names kept as a Series), and
+    per set of launching threads the rows of each painted class and their unions (computed
+    once for the streams those threads launch on)."""
 
     def __init__(self, frame: pl.DataFrame) -> None:
         self.track = frame["track_id"].to_numpy()
@@ -104,9 +121,35 @@ class _Host:
         self.end = frame["paint_end"].to_numpy().astype(np.int64)
         self.depth = frame["depth"].to_numpy()
         self.name = frame["name"]
+        self.code = self.name.to_physical()
+        self._of_class = {k: np.flatnonzero(self.k == k) for k in (0, 1, 2, 3, ANNOTATION)}
+        self._sets: dict[tuple[int, ...], _Threads] = {}
 
     def part(self, rows: npt.NDArray[np.int64]) -> tuple[IntArray, IntArray]:
         return self.start[rows], self.end[rows]
+
+    def threads(self, tracks: list[int]) -> _Threads:
+        """The painted classes' rows (ascending) for the launching threads ``tracks``:
+        classes 0-3 on those threads, class 4 (collectives) on the others; annotations on
+        those threads; the unions of classes 0-4."""
+        key = tuple(sorted(set(tracks)))
+        if key not in self._sets:
+            wanted = np.asarray(key, dtype=self.track.dtype)
+
+            def own(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+                return np.isin(self.track[rows], wanted)
+
+            parts = [rows[own(rows)] for rows in (self._of_class[k] for k in range(4))]
+            parts.append(self._of_class[0][~own(self._of_class[0])])
+            notes = self._of_class[ANNOTATION][own(self._of_class[ANNOTATION])]
+            self._sets[key] = _Threads(parts, [union(*self.part(p)) for p in parts], notes)
+        return self._sets[key]
+
+
+class _Threads(NamedTuple):
+    parts: list[npt.NDArray[np.int64]]
+    unions: list[tuple[IntArray, IntArray, IntArray]]
+    notes: npt.NDArray[np.int64]
 
 
 def _host(trace: Trace, ranks: list[int], device: pl.DataFrame
@@ -157,32 +200,19 @@ def _host(trace: Trace, ranks: list[int], device: pl.DataFrame
 def classify(rows: pl.DataFrame) -> npt.NDArray[np.int8]:
     """``name_class`` of each row's (``name``, ``category``), each distinct pair classified
     once, found through the categorical codes (hashing 1 M strings for a join costs more
-    than the rest of the read): a table indexed by the pair code when the codes span a
-    small range (no sort), else ``classify_sorted``."""
+    than the rest of the read): the first row of each distinct code pair by a hash of the
+    int64 pair codes (``arg_unique``), then a sorted search of every row's pair among the
+    distinct ones (any code range)."""
+    import polars as pl
+
     pair = _pair_codes(rows)
     if pair.size == 0:
         return np.zeros(0, np.int8)
-    low = int(pair.min())
-    span = int(pair.max()) - low + 1
-    if span > 4 * pair.size + 1_000_000:
-        return classify_sorted(rows)
-    first = np.full(span, -1, np.int64)
-    first[pair[::-1] - low] = np.arange(pair.size - 1, -1, -1)  # the first row of each
-    present = np.flatnonzero(first >= 0)
-    table = np.full(span, -1, np.int8)
-    table[present] = _classes(rows, first[present])
-    out: npt.NDArray[np.int8] = table[pair - low]
-    return out
-
-
-def classify_sorted(rows: pl.DataFrame) -> npt.NDArray[np.int8]:
-    """``classify`` by ``np.unique`` and a sorted search (the former path: the oracle of
-    ``classify``'s table)."""
-    pair = _pair_codes(rows)
-    distinct, first = np.unique(pair, return_index=True)
+    first = pl.Series(pair).arg_unique().to_numpy().astype(np.int64)
+    order = np.argsort(pair[first], kind="stable")
+    first = first[order]
     classes = _classes(rows, first)
-    out: npt.NDArray[np.int8] = (classes[np.searchsorted(distinct, pair)] if pair.size
-                                 else classes)
+    out: npt.NDArray[np.int8] = classes[np.searchsorted(pair[first], pair)]
     return out
 
 
@@ -206,14 +236,12 @@ def _stream(host: _Host, tracks: list[int], gaps: pl.DataFrame,
     """Rows of the ``causes`` table for one stream."""
     import polars as pl
 
-    own = np.isin(host.track, np.asarray(tracks, dtype=host.track.dtype))
-    parts = [np.flatnonzero(own & (host.k == k)) for k in range(4)]
-    parts.append(np.flatnonzero(~own & (host.k == 0)))
-    classes = [host.part(p) for p in parts]
+    threads = host.threads(tracks)
+    parts = threads.parts
     a = gaps["prev_end_ns"].to_numpy().astype(np.int64)
     b = gaps["start_ns"].to_numpy().astype(np.int64)
-    paint = Painting(a, b, classes)
-    per_class = np.stack([paint.in_gaps(a, b, k) for k in range(UNTRACED + 1)])
+    paint = Painting(a, b, unions=threads.unions)
+    per_class = paint.all_in_gaps(a, b)
     # A gap in which the launching threads only dispatched ops, for at least as long as
     # they recorded nothing: the untraced time is the Python between those ops, part of
     # launching too slowly (the gap's final launch call alone does not make a gap so).
@@ -237,17 +265,18 @@ def _stream(host: _Host, tracks: list[int], gaps: pl.DataFrame,
         "gaps": np.concatenate([np.bincount(inverse[top == i], minlength=n)
                                 for i in range(len(words))]).astype(np.int64),
     })
-    kernels = (pl.DataFrame({"step": gaps["step"], "top": np.asarray(words)[top],
+    kernels = (pl.DataFrame({"step": gaps["step"], "top": top.astype(np.int8),
                              "kernel": gaps["name"]})
                .group_by("step", "top", "kernel").len()
                .sort("len", "kernel", descending=[True, False])
                .group_by("step", "top", maintain_order=True).agg(pl.col("kernel").first())
+               .with_columns(pl.col("top").replace_strict(
+                   list(range(len(words))), words, return_dtype=pl.String))
                .rename({"top": "cause"}))
     table = table.join(kernels.with_columns(pl.col("step").cast(table["step"].dtype)),
                        on=["step", "cause"], how="left")
     gap_step = _GapStep(np.maximum.accumulate(b), gaps["step"].to_numpy())
-    where = _where(paint, parts, host, np.flatnonzero(own & (host.k == ANNOTATION)),
-                   gap_step)
+    where = _where(paint, parts, host, threads.notes, gap_step)
     rank, dev, stream = key
     return (table.join(where, on=["step", "cause"], how="left")
             .with_columns(rank=pl.lit(rank, pl.Int32), device=pl.lit(dev, pl.Int32),
@@ -283,21 +312,30 @@ def _where(paint: Painting, parts: list[npt.NDArray[np.int64]], host: _Host,
         hit = over > 0
         if not hit.any():
             continue
+        row = rows[first[hit]]
         ops.append(pl.DataFrame({
-            "name": host.name.gather(rows[first[hit]]).cast(pl.String),
+            "code": host.code.gather(row), "row": row,
             "step": pl.Series(gap_step(seg_start[hit]), dtype=pl.Int32),
-            "cause": pl.Series([CAUSE_ORDER[k]] * int(hit.sum()), dtype=pl.String),
-            "over": pl.Series(over[hit], dtype=pl.Int64)}))
+            "over": pl.Series(over[hit], dtype=pl.Int64)})
+            .with_columns(cause=pl.lit(CAUSE_ORDER[k], pl.String)))
     schema = {"step": pl.Int32, "cause": pl.String, "op": pl.String}
-    op = (pl.concat(ops)
-          .group_by("step", "cause", "name").agg(pl.col("over").sum())
+    # summed per name code (one code per name), the names decoded for the sums only
+    sums = (pl.concat(ops).group_by("step", "cause", "code")
+            .agg(pl.col("over").sum(), pl.col("row").first()) if ops else None)
+    op = (sums.with_columns(name=host.name.gather(sums["row"]).cast(pl.String))
           .sort("over", "name", descending=[True, False])
           .group_by("step", "cause", maintain_order=True)
           .agg(pl.col("name").first().alias("op"))
-          if ops else pl.DataFrame(schema=schema))
+          if sums is not None else pl.DataFrame(schema=schema))
     marks = []
-    if notes.size:
+    if notes.size:  # only annotations overlapping a gap have time there
         s, e = host.part(notes)
+        g_start, g_end = paint.gaps
+        idx = np.searchsorted(g_end, s, side="right")
+        inside = idx < g_end.size
+        inside[inside] = g_start[idx[inside]] < e[inside]
+        notes, s, e = notes[inside], s[inside], e[inside]
+    if notes.size:
         steps = pl.Series(gap_step(s), dtype=pl.Int32)
         names = host.name.gather(notes).cast(pl.String)
         for k in range(UNTRACED + 1):

@@ -75,15 +75,16 @@ def union(start: IntArray, end: IntArray) -> tuple[IntArray, IntArray, IntArray]
     apart, so top-level calls of one thread keep their own segment."""
     if start.size == 0:
         return start, end, np.zeros(0, dtype=np.int64)
-    sorted_already = bool(np.all(start[1:] >= start[:-1]))
-    order = (np.arange(start.size, dtype=np.int64) if sorted_already
-             else np.argsort(start, kind="stable").astype(np.int64))
-    s, e = start[order], end[order]
+    if bool(np.all(start[1:] >= start[:-1])):  # sorted already: no copy
+        order, s, e = None, start, end
+    else:
+        order = np.argsort(start, kind="stable").astype(np.int64)
+        s, e = start[order], end[order]
     reach = np.maximum.accumulate(e)
     new = np.ones(s.size, dtype=bool)
     new[1:] = s[1:] >= reach[:-1]
-    idx = np.flatnonzero(new)
-    return s[idx], np.maximum.reduceat(e, idx), order[idx]
+    idx = np.flatnonzero(new).astype(np.int64)
+    return s[idx], np.maximum.reduceat(e, idx), idx if order is None else order[idx]
 
 
 def covered(points: IntArray, seg_start: IntArray, seg_end: IntArray) -> npt.NDArray[np.bool_]:
@@ -97,19 +98,59 @@ def covered(points: IntArray, seg_start: IntArray, seg_end: IntArray) -> npt.NDA
     return out
 
 
+def overlapping(seg_start: IntArray, seg_end: IntArray, gap_start: IntArray,
+                gap_end: IntArray) -> npt.NDArray[np.bool_]:
+    """Whether each of the disjoint sorted segments ``[seg_start, seg_end)`` overlaps one of
+    the disjoint sorted gaps ``[gap_start, gap_end)`` (a sorted search per gap, not per
+    segment: the segments overlapping gap ``[a, b)`` are those from the first ending after
+    ``a`` to the last starting before ``b``)."""
+    keep = np.zeros(seg_start.size + 1, dtype=np.int64)
+    if seg_start.size == 0 or gap_start.size == 0:
+        return keep[:-1] > 0
+    lo = np.searchsorted(seg_end, gap_start, side="right")
+    hi = np.searchsorted(seg_start, gap_end, side="left")
+    ok = hi > lo
+    n = seg_start.size + 1
+    keep += np.bincount(lo[ok], minlength=n) - np.bincount(hi[ok], minlength=n)
+    out: npt.NDArray[np.bool_] = np.cumsum(keep[:-1]) > 0
+    return out
+
+
+def covered_sorted(points: IntArray, seg_start: IntArray, seg_end: IntArray
+                   ) -> npt.NDArray[np.bool_]:
+    """``covered`` for sorted ``points``: the points from each segment's start to before
+    its end found by two sorted searches per segment (fewer than one per point when the
+    segments are fewer than the points)."""
+    lo = np.searchsorted(points, seg_start, side="left")
+    hi = np.searchsorted(points, seg_end, side="left")
+    n = points.size + 1
+    out: npt.NDArray[np.bool_] = np.cumsum(
+        np.bincount(lo, minlength=n) - np.bincount(hi, minlength=n))[:-1] > 0
+    return out
+
+
 class Painting:
     """The gaps of one stream painted with the class of the host activity over them.
 
     ``gap_start``/``gap_end``: the stream's idle gaps (disjoint); ``classes``: for each
-    class index 0..4 the host intervals ``(start, end)`` of that class. ``in_gaps(a, b,
-    k)`` gives the time of class ``k`` within the gaps and within ``[a, b)``; ``unions``
-    the class unions (``union``). Only boundaries inside the gaps are kept.
+    class index 0..4 the host intervals ``(start, end)`` of that class (or ``unions``: their
+    ``union`` already computed, e.g. shared by the streams of one launching thread).
+    ``in_gaps(a, b, k)`` gives the time of class ``k`` within the gaps and within ``[a,
+    b)``; ``gaps`` the gaps' union ``(start, end)``; ``unions`` the segments of each class
+    union (``union``) that overlap the gaps (the others paint nothing). Only boundaries
+    inside the gaps are kept.
     """
 
     def __init__(self, gap_start: IntArray, gap_end: IntArray,
-                 classes: Sequence[tuple[IntArray, IntArray]]) -> None:
-        self.unions = [union(s, e) for s, e in classes]
+                 classes: Sequence[tuple[IntArray, IntArray]] = (),
+                 unions: Sequence[tuple[IntArray, IntArray, IntArray]] | None = None) -> None:
         g_start, g_end, _ = union(gap_start, gap_end)
+        self.gaps = (g_start, g_end)
+        whole = [union(s, e) for s, e in classes] if unions is None else unions
+        self.unions = []
+        for u in whole:
+            keep = overlapping(u[0], u[1], g_start, g_end)
+            self.unions.append(u if keep.all() else (u[0][keep], u[1][keep], u[2][keep]))
         inside_bounds = [x[covered(x, g_start, g_end)] for u in self.unions for x in u[:2]]
         points = np.sort(np.concatenate([g_start, g_end, *inside_bounds]), kind="stable")
         if points.size:
@@ -117,10 +158,10 @@ class Painting:
             keep[1:] = points[1:] != points[:-1]
             points = points[keep]
         label = np.full(points.size, -1, dtype=np.int64)
-        inside = covered(points, g_start, g_end)
+        inside = covered_sorted(points, g_start, g_end)
         label[inside] = UNTRACED
         for k in range(len(self.unions) - 1, -1, -1):
-            label[inside & covered(points, *self.unions[k][:2])] = k
+            label[inside & covered_sorted(points, *self.unions[k][:2])] = k
         length = np.zeros(points.size, dtype=np.int64)
         length[:-1] = np.diff(points)
         self.points, self.label = points, label
@@ -141,3 +182,17 @@ class Painting:
     def in_gaps(self, a: IntArray, b: IntArray, k: int) -> IntArray:
         """Time of class ``k`` within the gaps and within each ``[a, b)`` (ns)."""
         return self.at(b, k) - self.at(a, k)
+
+    def all_at(self, x: IntArray) -> IntArray:
+        """``at(x, k)`` for every class ``k`` (rows 0..UNTRACED), one sorted search."""
+        j = np.searchsorted(self.points, x, side="right") - 1
+        j = np.clip(j, 0, self.points.size - 1)
+        tail = np.clip(x - self.points[j], 0, None)
+        out: IntArray = self.cum[:, j] + np.where(
+            self.label[j] == np.arange(UNTRACED + 1)[:, None], tail, 0)
+        out[:, x < self.points[0]] = 0
+        return out
+
+    def all_in_gaps(self, a: IntArray, b: IntArray) -> IntArray:
+        """``in_gaps(a, b, k)`` for every class ``k``: shape ``(UNTRACED + 1, len(a))``."""
+        return self.all_at(b) - self.all_at(a)
