@@ -1,7 +1,16 @@
 """Data an analysis can require, each with a check and a plain description; and why
 it is missing when a reader lost it (``explain``: the readers' data-quality notes in
 the ``metadata`` table, e.g. "job.sqlite: table CUPTI_ACTIVITY_KIND_KERNEL lacks column(s)
-start, so its 12 row(s) were not read")."""
+start, so its 12 row(s) were not read").
+
+Each check asks whether the view has a row matching one or more ``Clause``s (a table,
+allowed values of string columns, columns that must be set). The store's metadata answers
+first (``requirements_meta``: manifest row counts per rank, the selections, Parquet
+footer statistics; exact or undecided); only an undecided clause is scanned in the
+client (``scan_any``: the first matching row). Undecided: step / window / name /
+minimum-duration selections when the rows may exist, ``messages`` under any selection,
+stores without part records, and categories the footer statistics leave open (see
+``requirements_meta``)."""
 
 from __future__ import annotations
 
@@ -9,11 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from traceatlas.analysis.requirements_meta import Clause, decide
 from traceatlas.io.quality import DATA_QUALITY_KEY, Note, parse_notes
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from traceatlas.model.trace import Trace
 
 DEVICE_WORK = ("kernel", "comm_kernel", "memcpy", "memset")
@@ -45,85 +53,65 @@ class Requirement:
         return bool(set(note.tables) & set(self.tables))
 
 
-def _any(trace: Trace, table: str, condition: pl.Expr | None = None) -> bool:
-    frame = trace.scan(table)
-    if condition is not None:
-        frame = frame.filter(condition)
+def any_row(trace: Trace, clause: Clause) -> bool:
+    """True when ``trace`` (a view) has a row matching ``clause``: from metadata where it
+    decides (``requirements_meta.decide``), else by a scan (``scan_any``)."""
+    known = decide(trace, clause)
+    return scan_any(trace, clause) if known is None else known
+
+
+def scan_any(trace: Trace, clause: Clause) -> bool:
+    """The scan: the first selected row of ``clause.table`` matching ``clause``."""
+    import polars as pl
+
+    frame = trace.scan(clause.table)
+    for column, values in clause.values:
+        frame = frame.filter(pl.col(column).cast(pl.String).is_in(values))
+    for column in clause.not_null:
+        frame = frame.filter(pl.col(column).is_not_null())
     return bool(frame.select("rank").head(1).collect().height)
 
 
-def _device(trace: Trace) -> bool:
-    import polars as pl
-
-    return _any(trace, "intervals", pl.col("category").cast(pl.String).is_in(DEVICE_WORK))
-
-
-def _correlation(trace: Trace) -> bool:
-    import polars as pl
-
-    cat = pl.col("category").cast(pl.String)
-    return _any(trace, "intervals", cat.is_in(DEVICE_WORK) & pl.col("correlation").is_not_null()
-                ) and _any(trace, "intervals", cat.is_in(("runtime", "driver"))
-                           & pl.col("correlation").is_not_null())
+def _check(*groups: Sequence[Clause]) -> Callable[[Trace], bool]:
+    """A check: every group has a matching row in one of its clauses (AND of ORs)."""
+    def check(trace: Trace) -> bool:
+        return all(any(any_row(trace, c) for c in group) for group in groups)
+    return check
 
 
-def _steps(trace: Trace) -> bool:
-    import polars as pl
-
-    return _any(trace, "intervals", pl.col("category").cast(pl.String) == "step")
+def _cats(*categories: str, not_null: tuple[str, ...] = ()) -> Clause:
+    return Clause("intervals", (("category", categories),), not_null)
 
 
-def _comm(trace: Trace) -> bool:
-    import polars as pl
-
-    return _any(trace, "intervals", pl.col("category").cast(pl.String) == "comm_kernel")
-
-
-def _counters(trace: Trace) -> bool:
-    """Sampled counters, or Kineto's CUPTI range-profiler events (counters in ``args``)."""
-    import polars as pl
-
-    return _any(trace, "counters") or _any(
-        trace, "intervals",
-        pl.col("source_category").cast(pl.String) == "cuda_profiler_range")
-
-
-def _messages(trace: Trace) -> bool:
-    return _any(trace, "messages")
-
-
-def _mpi(trace: Trace) -> bool:
-    import polars as pl
-
-    return _any(trace, "intervals", pl.col("category").cast(pl.String) == "mpi")
-
-
-def _intervals(trace: Trace) -> bool:
-    return _any(trace, "intervals")
-
-
+_DEVICE = _cats(*DEVICE_WORK)
 _HOST_CALLS = ("runtime", "driver")
 _INTERVALS = ("intervals",)
 REQUIREMENTS: Mapping[str, Requirement] = {
-    "intervals": Requirement("events with a duration", _intervals,
+    "intervals": Requirement("events with a duration", _check([Clause("intervals")]),
                              tables=_INTERVALS, columns=("start_ns",)),
-    "device": Requirement("device activity (kernels, memcpy or memset)", _device,
+    "device": Requirement("device activity (kernels, memcpy or memset)", _check([_DEVICE]),
                           DEVICE_WORK, ("start_ns",), _INTERVALS),
     "correlation": Requirement(
         "correlation ids linking host launches (runtime/driver calls) to device activity",
-        _correlation, (*DEVICE_WORK, *_HOST_CALLS), ("correlation", "start_ns"), _INTERVALS),
-    "steps": Requirement("iteration markers (ProfilerStep#N, or --param marker=...)", _steps,
-                         ("step",), ("start_ns", "name"), _INTERVALS),
-    "comm": Requirement("communication kernels (NCCL/RCCL)", _comm, ("comm_kernel",),
-                        ("start_ns", "name"), _INTERVALS),
+        _check([_cats(*DEVICE_WORK, not_null=("correlation",))],
+               [_cats(*_HOST_CALLS, not_null=("correlation",))]),
+        (*DEVICE_WORK, *_HOST_CALLS), ("correlation", "start_ns"), _INTERVALS),
+    "steps": Requirement("iteration markers (ProfilerStep#N, or --param marker=...)",
+                         _check([_cats("step")]), ("step",), ("start_ns", "name"),
+                         _INTERVALS),
+    "comm": Requirement("communication kernels (NCCL/RCCL)", _check([_cats("comm_kernel")]),
+                        ("comm_kernel",), ("start_ns", "name"), _INTERVALS),
     "counters": Requirement(
-        "counter samples (GPU metrics, PAPI, ...) or CUPTI range-profiler events", _counters,
+        "counter samples (GPU metrics, PAPI, ...) or CUPTI range-profiler events",
+        _check([Clause("counters"), Clause("intervals", (("source_category",
+                                                           ("cuda_profiler_range",)),))]),
         tables=("counters",), columns=("ts_ns", "value")),
-    "messages": Requirement("point-to-point messages (MPI)", _messages,
+    "messages": Requirement("point-to-point messages (MPI)",
+                            _check([Clause("messages")]),
                             tables=("messages",),
                             columns=("send_start_ns", "recv_start_ns", "src_rank", "dst_rank")),
-    "mpi": Requirement("MPI calls (category mpi intervals)", _mpi, ("mpi",), ("start_ns",),
-                       _INTERVALS),
+    "mpi": Requirement("MPI calls (category mpi intervals)", _check([_cats("mpi")]),
+                       ("mpi",), ("start_ns",), _INTERVALS),
 }
 """Requirement name -> check; analyses list the names they need in ``requires``."""
 
