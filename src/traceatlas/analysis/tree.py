@@ -27,20 +27,31 @@ Times in ns. Host time is CPU time summed over threads.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceatlas.analysis.base import Param, Result
-from traceatlas.ops.cct import DEVICE_CATEGORIES, METRIC_COLUMNS, NODE_COLUMNS, ancestors, build_cct
+from traceatlas.analysis.partitioned import batch_ranks, summed_notes
+from traceatlas.analysis.tree_merge import merge_trees
+from traceatlas.ops.cct import (
+    DEVICE_CATEGORIES,
+    METRIC_COLUMNS,
+    NODE_COLUMNS,
+    Cct,
+    ancestors,
+    build_cct,
+)
 
 if TYPE_CHECKING:
     import polars as pl
 
     from traceatlas.model.trace import Trace
-    from traceatlas.ops.cct import Cct
 
 METRICS = {"device_ns": "device_inclusive_ns", "host_ns": "host_inclusive_ns"}
 PATH_SEPARATOR = " > "
+NOTE_ORDER = ("fwdbwd flows:", "backward-thread top-level calls without a fwdbwd flow",
+              "device activities without a launch call")
+"""``build_cct``'s notes that carry counts, in the order it writes them (others after)."""
 
 
 class Tree:
@@ -65,13 +76,36 @@ class Tree:
               "ProfilerStep#* context"),
     )
     requires = ("intervals",)
+    partition = "rank"
+    """Per rank batch (``analysis.partitioned``): each batch sends its own CCT
+    (``partial``); ``merge`` rebuilds the one tree from the batches' paths
+    (``tree_merge``: the whole run's node ids) and computes the view. The whole run is
+    the merge of one batch."""
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """The chosen view of the CCT; ``nodes`` (the node table) as an extra table."""
+        return self.merge([self.partial(trace, params)], params)
+
+    def partial(self, trace: Trace, params: Mapping[str, Any]) -> Result:
+        """A batch's CCT: its node table (the batch's own ids) as the table, extras
+        ``metrics`` (per rank) and ``ranks`` (the batch's ranks, for the means)."""
+        import polars as pl
+
         cct = build_cct(trace, link_threads=bool(params["link_threads"]),
                         merge_steps=bool(params["merge_steps"]))
+        ranks = pl.DataFrame({"rank": trace.ranks}, schema={"rank": pl.Int64})
+        return Result(cct.nodes, extra={"metrics": cct.metrics, "ranks": ranks},
+                      notes=cct.notes)
+
+    def merge(self, partials: Sequence[Result], params: Mapping[str, Any]) -> Result:
+        """The one tree from the batches' trees (``tree_merge.merge_trees``), its view;
+        notes with counts summed over the batches, in ``build_cct``'s order."""
+        nodes, metrics = merge_trees([(p.table, p.extra["metrics"]) for p in partials],
+                                     bool(params["merge_steps"]))
+        notes = sorted(summed_notes(partials), key=_note_position)
+        cct = Cct(nodes, metrics, notes)
         by_rank = params["by"] == "rank"
-        table = top_down(cct) if by_rank else merged(cct, trace.ranks)
+        table = top_down(cct) if by_rank else merged(cct, batch_ranks(partials))
         view = params["view"]
         metric = METRICS[str(params["metric"])]
         if view == "bottom_up":
@@ -88,11 +122,16 @@ def top_down(cct: Cct) -> pl.DataFrame:
             .sort("rank", "_order").drop("_order"))
 
 
-def merged(cct: Cct, ranks: list[int]) -> pl.DataFrame:
-    """Sums over ranks plus mean (over ``ranks``, absent = 0), max and rank of max."""
+def _note_position(note: str) -> int:
+    """A note's place in ``build_cct``'s order (``NOTE_ORDER``; others after, as found)."""
+    return next((i for i, part in enumerate(NOTE_ORDER) if part in note), len(NOTE_ORDER))
+
+
+def merged(cct: Cct, ranks: int) -> pl.DataFrame:
+    """Sums over ranks plus mean (over ``ranks`` ranks, absent = 0), max and rank of max."""
     import polars as pl
 
-    world = max(len(ranks), 1)
+    world = max(ranks, 1)
     extra: list[pl.Expr] = []
     for col in ("host_inclusive_ns", "device_inclusive_ns"):
         stem = col.removesuffix("_ns")
