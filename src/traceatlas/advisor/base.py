@@ -85,6 +85,37 @@ class Context:
     _span: tuple[int, int] | None = field(default=None, repr=False)
     engine: Engine | None = field(default=None, repr=False)
     """Runs the analyses declared per rank in rank batches (``analysis.partitioned``)."""
+    _views: dict[tuple[Any, ...], Result] = field(default_factory=dict, repr=False)
+
+    def cached(self, name: str, **params: Any) -> bool:
+        """Whether ``result(name, **params)`` has already run (its answer is cached)."""
+        return (name, tuple(sorted(params.items()))) in self._results
+
+    def on_view(self, view: Trace, name: str, **params: Any) -> Result:
+        """The analysis ``name`` with ``params`` on ``view`` (a selection of ``trace``:
+        one step, some ranks; what a suggested ``--step``/``--ranks`` command runs),
+        computed once per (view selections, name, params): the advisor's critical path
+        of the typical step and the check of its suggested command share one run.
+
+        ``view`` with the trace's own selections is the whole trace: the ``result``
+        cache is shared (a result found there is returned; a new one is stored there).
+        Otherwise the analysis runs whole on ``view`` in this process
+        (``registry.run`` without the engine). Errors (``TraceAtlasError``, missing data
+        included) propagate and are not cached."""
+        from traceatlas.analysis import registry
+
+        items = tuple(sorted(params.items()))
+        if view.selections == self.trace.selections:
+            found = self._results.get((name, items))
+            if found is not None:
+                return found
+            whole = registry.run(name, view, params, engine=self.engine)
+            self._results[(name, items)] = whole
+            return whole
+        key = (view.location, view.selections, name, items)
+        if key not in self._views:
+            self._views[key] = registry.run(name, view, params)
+        return self._views[key]
 
     def result(self, name: str, **params: Any) -> Result | None:
         """The analysis ``name`` run with ``params``, or None when the trace lacks its

@@ -3,7 +3,8 @@ against the trace it was made from before it is shown.
 
 A command passes when its analysis is registered, its parameters parse, the analysis'
 declared requirements hold on the ranks it selects (``--ranks``), the analysis runs on
-the trace (run-time requirements included; the result is the advisor's cached one) and
+the trace (run-time requirements included; the result is the advisor's cached one, else
+the run on the command's own ``--ranks``/``--step`` view, ``Context.on_view``) and
 the ``--table`` it names is one of the result's extra tables. The advisor drops a
 command that fails (and says why in its notes) rather than print one that exits 2.
 """
@@ -62,9 +63,10 @@ def why_not(ctx: Context, command: str) -> str | None:
     missing = [r for r in spec.requires if not REQUIREMENTS[r].check(view)]
     if missing:
         return f"{name} needs {', '.join(REQUIREMENTS[r].description for r in missing)}"
-    try:
-        result = (ctx.result(name, **params) if "--step" not in values
-                  else registry.run(name, view, params))
+    try:  # the cached whole-trace result when there is one, else the command's own view
+        result = (ctx.result(name, **params) if "--step" not in values and (
+            "--ranks" not in values or ctx.cached(name, **params))
+            else ctx.on_view(view, name, **params))
     except TraceAtlasError as exc:
         return str(exc)
     if result is None:

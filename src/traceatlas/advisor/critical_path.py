@@ -83,8 +83,6 @@ def typical_step(ctx: Context) -> tuple[int | None, int]:
 def step_path(ctx: Context) -> tuple[int | None, int, Result] | None:
     """(step, steps, the ``critical_path`` result of the typical step), computed once per
     context; None when it cannot run or the path is empty."""
-    from traceatlas.analysis import registry
-
     cache = vars(ctx).setdefault(_KEY, {})
     if "result" not in cache:
         import polars as pl
@@ -98,7 +96,7 @@ def step_path(ctx: Context) -> tuple[int | None, int, Result] | None:
                                        "whole-trace path is left to traceatlas analyze "
                                        "critical_path --window")
             region = ctx.trace.select(step=step) if step is not None else ctx.trace
-            cache["result"] = registry.run(NAME, region, {})
+            cache["result"] = ctx.on_view(region, NAME)  # shared with its command's check
         except TraceAtlasError as err:
             ctx.notes.append(f"skipped: critical_path: {err}")
             cache["result"] = None
