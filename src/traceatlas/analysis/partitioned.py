@@ -52,8 +52,8 @@ in the trace; the client holds the partial results (the size of the final result
 API: ``is_partitioned(analysis, params)``, ``partition_of``,
 ``run_partitioned(analysis, trace, params, engine)``, ``rank_batches``,
 ``trace_batches`` / ``sized_batches`` / ``rank_rows``, ``RankTask`` /
-``run_task`` (the mapped function), ``batch_view``, ``concat``, ``concat_counts``, ``summed_notes``,
-``batch_ranks``.
+``run_task`` (the mapped function; its result ``detached_result``), ``batch_view``,
+``concat``, ``concat_counts``, ``summed_notes``, ``batch_ranks``.
 """
 
 from __future__ import annotations
@@ -197,9 +197,20 @@ def run_task(task: RankTask) -> Result | None:
     step = getattr(analysis, task.step, None) or analysis.run
     try:
         result: Result = step(_trace_view(task), dict(task.params))
-        return result
     except MissingDataError:
         return None
+    return detached_result(result)
+
+
+def detached_result(result: Result) -> Result:
+    """``result`` with every table in its own buffers (``ops.detach``): a partial held
+    while the next batches run keeps none of its batch's data (peak memory stays one
+    batch's, whatever the number of batches)."""
+    from traceatlas.ops.detach import detached
+
+    return Result(detached(result.table),
+                  {name: detached(frame) for name, frame in result.extra.items()},
+                  list(result.notes))
 
 
 def concat(partials: Sequence[Result]) -> Result:
