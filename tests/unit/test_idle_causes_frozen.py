@@ -27,6 +27,7 @@ from traceatlas.model.trace import Trace
 from traceatlas.ops.host_activity import (
     UNTRACED,
     Painting,
+    Timeline,
     covered,
     covered_sorted,
     overlapping,
@@ -163,20 +164,27 @@ def _arr(ivs: list[tuple[int, int]], i: int) -> np.ndarray:
 def test_painting_equals_frozen(gaps: list[tuple[int, int]],
                                 classes: list[list[tuple[int, int]]],
                                 probe: list[tuple[int, int]]) -> None:
-    """Same points, labels and times per class; the kept union segments are exactly the
-    frozen unions' segments that overlap a gap, and given precomputed unions the painting
-    is the same. Gaps disjoint (as a stream's are): a union of the drawn ones."""
+    """Same time per class within the gaps and any probe interval (the probes' ends, the
+    gaps' own bounds and the class bounds as instants too); the kept union segments are
+    exactly the frozen unions' segments that overlap a gap; the painting is the same
+    given the classes, their unions or their shared ``Timeline``. Gaps disjoint (as a
+    stream's are): a union of the drawn ones."""
     g = union(_arr(gaps, 0), _arr(gaps, 1))
     cls = [(_arr(c, 0), _arr(c, 1)) for c in classes]
     old = frozen_idle_causes.Painting(g[0], g[1], cls)
-    for paint in (Painting(g[0], g[1], cls),
-                  Painting(g[0], g[1], unions=[union(s, e) for s, e in cls])):
-        assert np.array_equal(paint.points, old.points)
-        assert np.array_equal(paint.label, old.label)
-        assert np.array_equal(paint.cum, old.cum)
+    unions = [union(s, e) for s, e in cls]
+    a, b = _arr(probe, 0), _arr(probe, 1)
+    instants = np.concatenate([a, b, g[0], g[1], *[x for c in cls for x in c],
+                               np.array([-5, 10_000], dtype=np.int64)])
+    for paint in (Painting(g[0], g[1], cls), Painting(g[0], g[1], unions=unions),
+                  Painting(g[0], g[1], timeline=Timeline(unions))):
+        every = paint.all_in_gaps(a, b)
+        every_at = paint.all_at(instants)
         for k in range(UNTRACED + 1):
-            assert np.array_equal(paint.in_gaps(_arr(probe, 0), _arr(probe, 1), k),
-                                  old.in_gaps(_arr(probe, 0), _arr(probe, 1), k))
+            want = old.in_gaps(a, b, k)
+            assert np.array_equal(paint.in_gaps(a, b, k), want)
+            assert np.array_equal(every[k], want)
+            assert np.array_equal(every_at[k], old.at(instants, k))
         for mine, theirs in zip(paint.unions, old.unions, strict=True):
             hit = [i for i, (s, e) in enumerate(zip(theirs[0], theirs[1], strict=True))
                    if any(s < b and e > a for a, b in zip(g[0], g[1], strict=True))]

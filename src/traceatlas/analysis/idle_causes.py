@@ -39,6 +39,7 @@ from traceatlas.ops.host_activity import (
     UNTRACED,
     IntArray,
     Painting,
+    Timeline,
     name_class,
     union,
 )
@@ -81,15 +82,19 @@ def causes(trace: Trace, gaps: pl.DataFrame, device: pl.DataFrame) -> pl.DataFra
     threads = _launching_threads(device, calls)
     frames = []
     one = host["rank"].unique()  # one rank (a batch of one): no copy per rank
-    by_rank = ({int(one[0]): _Host(host)} if one.len() == 1 else
-               {int(k[0]): _Host(v) for k, v in
+    host_of = ({int(one[0]): host} if one.len() == 1 else
+               {int(k[0]): v for k, v in
                 host.partition_by("rank", as_dict=True, maintain_order=True).items()})
     launchers = {k: v["track_id"].to_list() for k, v in
                  threads.partition_by(KEYS, as_dict=True).items()}
-    for (rank, dev, stream), g in gaps.partition_by(KEYS, as_dict=True).items():
-        frames.append(_stream(by_rank.get(int(rank), _Host(host.clear())),
-                              launchers.get((rank, dev, stream), []), g.sort("start_ns"),
-                              (rank, dev, stream)))
+    streams = gaps.partition_by(KEYS, as_dict=True)
+    # rank after rank: one rank's painted timelines held at a time
+    for rank in sorted({int(key[0]) for key in streams}):
+        rank_host = _Host(host_of.pop(rank, host.clear()))
+        for (r, dev, stream), g in streams.items():
+            if int(r) == rank:
+                frames.append(_stream(rank_host, launchers.get((r, dev, stream), []),
+                                      g.sort("start_ns"), (r, dev, stream)))
     out = pl.concat(frames) if frames else empty()
     # rows of equal time in one step: by cause word (no tie left to the frames' order)
     return out.filter(pl.col("idle_ns") > 0).sort(*KEYS, "step", "idle_ns", "cause",
@@ -131,7 +136,7 @@ class _Host:
     def threads(self, tracks: list[int]) -> _Threads:
         """The painted classes' rows (ascending) for the launching threads ``tracks``:
         classes 0-3 on those threads, class 4 (collectives) on the others; annotations on
-        those threads; the unions of classes 0-4."""
+        those threads; the unions of classes 0-4 painted (``Timeline``)."""
         key = tuple(sorted(set(tracks)))
         if key not in self._sets:
             wanted = np.asarray(key, dtype=self.track.dtype)
@@ -142,13 +147,15 @@ class _Host:
             parts = [rows[own(rows)] for rows in (self._of_class[k] for k in range(4))]
             parts.append(self._of_class[0][~own(self._of_class[0])])
             notes = self._of_class[ANNOTATION][own(self._of_class[ANNOTATION])]
-            self._sets[key] = _Threads(parts, [union(*self.part(p)) for p in parts], notes)
+            self._sets[key] = _Threads(parts, Timeline([union(*self.part(p)) for p in parts]),
+                                       notes)
         return self._sets[key]
 
 
 class _Threads(NamedTuple):
     parts: list[npt.NDArray[np.int64]]
-    unions: list[tuple[IntArray, IntArray, IntArray]]
+    timeline: Timeline
+    """The classes' unions painted once, for every stream these threads launch on."""
     notes: npt.NDArray[np.int64]
 
 
@@ -240,7 +247,7 @@ def _stream(host: _Host, tracks: list[int], gaps: pl.DataFrame,
     parts = threads.parts
     a = gaps["prev_end_ns"].to_numpy().astype(np.int64)
     b = gaps["start_ns"].to_numpy().astype(np.int64)
-    paint = Painting(a, b, unions=threads.unions)
+    paint = Painting(a, b, timeline=threads.timeline)
     per_class = paint.all_in_gaps(a, b)
     # A gap in which the launching threads only dispatched ops, for at least as long as
     # they recorded nothing: the untraced time is the Python between those ops, part of
@@ -305,10 +312,10 @@ def _where(paint: Painting, parts: list[npt.NDArray[np.int64]], host: _Host,
 
     ops = []
     for k, rows in enumerate(parts):
-        seg_start, seg_end, first = paint.unions[k]
+        seg_start, _, first = paint.unions[k]
         if seg_start.size == 0:
             continue
-        over = paint.in_gaps(seg_start, seg_end, k)
+        over = paint.union_in_gaps(k)
         hit = over > 0
         if not hit.any():
             continue

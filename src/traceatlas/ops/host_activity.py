@@ -129,69 +129,147 @@ def covered_sorted(points: IntArray, seg_start: IntArray, seg_end: IntArray
     return out
 
 
+class Timeline:
+    """The classes of one set of launching threads painted over all time, once (shared by
+    every stream those threads launch on; ``Painting`` restricts it to a stream's gaps).
+
+    ``unions``: for each class index 0..4 the ``union`` of its host intervals. Every
+    instant gets the lowest class covering it, else ``UNTRACED``; ``points`` are the
+    union boundaries (ascending, distinct), ``label[j]`` the class of ``[points[j],
+    points[j + 1])`` (the last one and the time before ``points[0]``: ``UNTRACED``), and
+    ``cum[k, j]`` the time of class ``k`` in ``[points[0], points[j])`` (ns).
+    """
+
+    def __init__(self, unions: Sequence[tuple[IntArray, IntArray, IntArray]]) -> None:
+        self.unions = list(unions)
+        bounds = [x for u in self.unions for x in u[:2]]
+        # each bound array is sorted: a stable sort (timsort) merges the runs
+        points = np.sort(np.concatenate(bounds) if bounds else np.zeros(0, np.int64),
+                         kind="stable")
+        if points.size:
+            distinct = np.ones(points.size, dtype=bool)
+            distinct[1:] = points[1:] != points[:-1]
+            points = points[distinct]
+        label = np.full(points.size, UNTRACED, dtype=np.int64)
+        for k in range(len(self.unions) - 1, -1, -1):
+            label[covered_sorted(points, *self.unions[k][:2])] = k
+        length = np.zeros(points.size, dtype=np.int64)
+        length[:-1] = np.diff(points)
+        self.points, self.label = points.astype(np.int64), label
+        self.cum = np.zeros((UNTRACED + 1, points.size), dtype=np.int64)
+        for k in range(UNTRACED + 1):
+            self.cum[k, 1:] = np.cumsum(np.where(label == k, length, 0)[:-1])
+        # each class's time before its own union's bounds (they are points: no tail)
+        self.union_before = [
+            (self.cum[k, np.searchsorted(self.points, u[0])],
+             self.cum[k, np.searchsorted(self.points, u[1])])
+            for k, u in enumerate(self.unions)]
+
+    def before(self, x: IntArray) -> IntArray:
+        """Time of every class before each instant ``x``, from ``points[0]`` (ns; shape
+        ``(UNTRACED + 1, len(x))``): only differences of two instants mean anything
+        (untraced time before ``points[0]`` counts negative)."""
+        out = np.zeros((UNTRACED + 1, x.size), dtype=np.int64)
+        if self.points.size == 0:
+            out[UNTRACED] = x
+            return out
+        j = np.searchsorted(self.points, x, side="right") - 1
+        inside = j >= 0
+        jj = np.where(inside, j, 0)
+        tail = x - self.points[jj]
+        out[:] = self.cum[:, jj]
+        out += np.where(self.label[jj] == np.arange(UNTRACED + 1)[:, None], tail, 0)
+        out[:, ~inside] = 0
+        out[UNTRACED, ~inside] = tail[~inside]  # x - points[0] < 0: untraced before
+        return out
+
+    def before_class(self, x: IntArray, k: int) -> IntArray:
+        """Row ``k`` of ``before(x)``, computed alone."""
+        if self.points.size == 0:
+            return x.copy() if k == UNTRACED else np.zeros(x.size, dtype=np.int64)
+        j = np.searchsorted(self.points, x, side="right") - 1
+        inside = j >= 0
+        jj = np.where(inside, j, 0)
+        tail = x - self.points[jj]
+        out: IntArray = self.cum[k, jj] + np.where(self.label[jj] == k, tail, 0)
+        out[~inside] = tail[~inside] if k == UNTRACED else 0
+        return out
+
+
 class Painting:
     """The gaps of one stream painted with the class of the host activity over them.
 
     ``gap_start``/``gap_end``: the stream's idle gaps (disjoint); ``classes``: for each
     class index 0..4 the host intervals ``(start, end)`` of that class (or ``unions``: their
-    ``union`` already computed, e.g. shared by the streams of one launching thread).
-    ``in_gaps(a, b, k)`` gives the time of class ``k`` within the gaps and within ``[a,
-    b)``; ``gaps`` the gaps' union ``(start, end)``; ``unions`` the segments of each class
-    union (``union``) that overlap the gaps (the others paint nothing). Only boundaries
-    inside the gaps are kept.
+    ``union`` already computed; or ``timeline``: their ``Timeline``, shared by the streams
+    of one set of launching threads). ``in_gaps(a, b, k)`` gives the time of class ``k``
+    within the gaps and within ``[a, b)``; ``gaps`` the gaps' union ``(start, end)``;
+    ``unions`` the segments of each class union (``union``) that overlap the gaps (the
+    others paint nothing). Inside a gap an instant has the lowest class covering it, else
+    ``UNTRACED``; outside the gaps nothing counts. Per stream the cost is sorted searches
+    over its gaps and the timeline, not a repaint of the host's timeline.
     """
 
     def __init__(self, gap_start: IntArray, gap_end: IntArray,
                  classes: Sequence[tuple[IntArray, IntArray]] = (),
-                 unions: Sequence[tuple[IntArray, IntArray, IntArray]] | None = None) -> None:
+                 unions: Sequence[tuple[IntArray, IntArray, IntArray]] | None = None,
+                 timeline: Timeline | None = None) -> None:
         g_start, g_end, _ = union(gap_start, gap_end)
         self.gaps = (g_start, g_end)
-        whole = [union(s, e) for s, e in classes] if unions is None else unions
+        if timeline is None:
+            timeline = Timeline([union(s, e) for s, e in classes] if unions is None
+                                else unions)
+        self.timeline = timeline
         self.unions = []
-        for u in whole:
+        self._union_before = []
+        for u, (c0, c1) in zip(timeline.unions, timeline.union_before, strict=True):
             keep = overlapping(u[0], u[1], g_start, g_end)
-            self.unions.append(u if keep.all() else (u[0][keep], u[1][keep], u[2][keep]))
-        inside_bounds = [x[covered(x, g_start, g_end)] for u in self.unions for x in u[:2]]
-        points = np.sort(np.concatenate([g_start, g_end, *inside_bounds]), kind="stable")
-        if points.size:
-            keep = np.ones(points.size, dtype=bool)
-            keep[1:] = points[1:] != points[:-1]
-            points = points[keep]
-        label = np.full(points.size, -1, dtype=np.int64)
-        inside = covered_sorted(points, g_start, g_end)
-        label[inside] = UNTRACED
-        for k in range(len(self.unions) - 1, -1, -1):
-            label[inside & covered_sorted(points, *self.unions[k][:2])] = k
-        length = np.zeros(points.size, dtype=np.int64)
-        length[:-1] = np.diff(points)
-        self.points, self.label = points, label
-        # cum[k, j]: time of class k in the segments before point j.
-        self.cum = np.zeros((UNTRACED + 1, points.size), dtype=np.int64)
-        for k in range(UNTRACED + 1):
-            mine = np.where(label == k, length, 0)
-            self.cum[k, 1:] = np.cumsum(mine[:-1])
+            whole = bool(keep.all())
+            self.unions.append(u if whole else (u[0][keep], u[1][keep], u[2][keep]))
+            self._union_before.append((c0, c1) if whole else (c0[keep], c1[keep]))
+        # per gap: each class's time before its start, and inside the gaps before it
+        self._at_start = timeline.before(g_start)
+        inside = timeline.before(g_end) - self._at_start
+        self._prefix = np.zeros((UNTRACED + 1, g_start.size + 1), dtype=np.int64)
+        np.cumsum(inside, axis=1, out=self._prefix[:, 1:])
 
-    def at(self, x: IntArray, k: int) -> IntArray:
-        """Time of class ``k`` within the gaps before each instant ``x`` (ns)."""
-        j = np.searchsorted(self.points, x, side="right") - 1
-        j = np.clip(j, 0, self.points.size - 1)
-        base = self.cum[k, j]
-        tail = np.where(self.label[j] == k, x - self.points[j], 0)
-        return np.where(x < self.points[0], 0, base + np.clip(tail, 0, None))
+    def all_at(self, x: IntArray) -> IntArray:
+        """Time of every class within the gaps before each instant ``x`` (ns; rows
+        0..UNTRACED)."""
+        g_start, g_end = self.gaps
+        i = np.searchsorted(g_end, x, side="right")  # gaps ended by x
+        out: IntArray = self._prefix[:, i]
+        open_ = np.flatnonzero(i < g_start.size)
+        open_ = open_[g_start[i[open_]] < x[open_]]  # x inside gap i
+        if open_.size:
+            gi = i[open_]
+            out[:, open_] += self.timeline.before(x[open_]) - self._at_start[:, gi]
+        return out
+
+    def at(self, x: IntArray, k: int, before: IntArray | None = None) -> IntArray:
+        """Time of class ``k`` within the gaps before each instant ``x`` (ns);
+        ``before``: the timeline's ``before_class(x, k)`` when already known."""
+        g_start, g_end = self.gaps
+        i = np.searchsorted(g_end, x, side="right")
+        out: IntArray = self._prefix[k, i]
+        open_ = np.flatnonzero(i < g_start.size)
+        open_ = open_[g_start[i[open_]] < x[open_]]
+        if open_.size:
+            known = (self.timeline.before_class(x[open_], k) if before is None
+                     else before[open_])
+            out[open_] += known - self._at_start[k, i[open_]]
+        return out
+
+    def union_in_gaps(self, k: int) -> IntArray:
+        """``in_gaps`` of each kept segment of class ``k``'s union (``unions[k]``), from
+        the class times the timeline keeps at its bounds (no search of the timeline)."""
+        seg_start, seg_end, _ = self.unions[k]
+        c0, c1 = self._union_before[k]
+        return self.at(seg_end, k, c1) - self.at(seg_start, k, c0)
 
     def in_gaps(self, a: IntArray, b: IntArray, k: int) -> IntArray:
         """Time of class ``k`` within the gaps and within each ``[a, b)`` (ns)."""
         return self.at(b, k) - self.at(a, k)
-
-    def all_at(self, x: IntArray) -> IntArray:
-        """``at(x, k)`` for every class ``k`` (rows 0..UNTRACED), one sorted search."""
-        j = np.searchsorted(self.points, x, side="right") - 1
-        j = np.clip(j, 0, self.points.size - 1)
-        tail = np.clip(x - self.points[j], 0, None)
-        out: IntArray = self.cum[:, j] + np.where(
-            self.label[j] == np.arange(UNTRACED + 1)[:, None], tail, 0)
-        out[:, x < self.points[0]] = 0
-        return out
 
     def all_in_gaps(self, a: IntArray, b: IntArray) -> IntArray:
         """``in_gaps(a, b, k)`` for every class ``k``: shape ``(UNTRACED + 1, len(a))``."""
