@@ -25,7 +25,7 @@ import sqlite3
 import subprocess
 import tempfile
 import warnings
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -117,12 +117,15 @@ def read_export(path: str, display: str, *, threads: int = 1) -> list[RankData]:
         con = sqlite3.connect(uri, uri=True)
     except sqlite3.Error as exc:
         raise CorruptTraceError(display, f"cannot open SQLite file ({exc})") from exc
-    text = _Text()
+    text, side_text = _Text(), _Text()
     con.text_factory = text
+    side = nl.Side(con, uri, threads, side_text)
     try:
-        ranks = _read(con, uri, display, threads)
-        if text.bad:
-            warnings.warn(f"{display}: {text.bad} text value(s) of the small tables (thread "
+        ranks = _read(con, side, uri, display, threads)
+        side.close()
+        bad = text.bad + side_text.bad
+        if bad:
+            warnings.warn(f"{display}: {bad} text value(s) of the small tables (thread "
                           "and process names, metadata) are not UTF-8; shown with U+FFFD",
                           DataQualityWarning, stacklevel=2)
         return ranks
@@ -130,6 +133,7 @@ def read_export(path: str, display: str, *, threads: int = 1) -> list[RankData]:
         detail = _DRIVER_PREFIX.sub("", str(exc))
         raise CorruptTraceError(display, f"SQLite error ({detail})") from exc
     finally:
+        side.close()
         con.close()
 
 
@@ -168,7 +172,8 @@ def is_export(tables: Collection[str]) -> bool:
         t.startswith(("TARGET_INFO_", "META_DATA_", "EXPORT_META_DATA")) for t in tables)
 
 
-def _read(con: sqlite3.Connection, uri: str, display: str, threads: int) -> list[RankData]:
+def _read(con: sqlite3.Connection, side: nl.Side, uri: str, display: str,
+          threads: int) -> list[RankData]:
     cat = Catalog(con, display)
     if not is_export(cat.tables):
         raise UnsupportedFormatError(
@@ -176,7 +181,8 @@ def _read(con: sqlite3.Connection, uri: str, display: str, threads: int) -> list
             "and TARGET_INFO_*/META_DATA_* tables)")
     meta = _export_meta(cat)
     session = _first_row(cat, "TARGET_INFO_SESSION_START_TIME")
-    loaded = nl.load(cat, uri, threads)
+    loaded = nl.load(cat, uri, threads, side)
+    thread_rows = _thread_name_rows(cat, side)  # runs while the events are sorted
     loaded.ev = collapse_versioned(loaded.ev)  # cudaMemcpy + its cudaMemcpy_v3020: one call
     base_ns, clock, origin = _clock(session, loaded.min_time, display)
     for t in (loaded.min_time, loaded.max_time):
@@ -194,7 +200,7 @@ def _read(con: sqlite3.Connection, uri: str, display: str, threads: int) -> list
     events = nt.sort_events(loaded, threads)
     loaded.ev = events.ev  # the rows as read, once (sort_events made them one chunk)
     host = _hostname(cat)
-    thread_names = _thread_names(cat)
+    thread_names = _thread_names(thread_rows)
     ranks = _ranks(cat, thread_names)
     names = _process_names(cat)
     shared = _shared_metadata(cat, display, meta, session, origin)
@@ -286,9 +292,9 @@ def _hostname(cat: Catalog) -> str | None:
     return None if row is None or row[0] is None else str(row[0])
 
 
-def _thread_names(cat: Catalog) -> dict[int, dict[int, str]]:
-    """process -> tid -> name, from ThreadNames (else NVTX thread names)."""
-    out: dict[int, dict[int, str]] = {}
+def _thread_name_rows(cat: Catalog, side: nl.Side) -> list[Callable[[], list[Any]]]:
+    """The (globalTid, name) rows of the NVTX thread names, then of ThreadNames, each
+    query started on ``side``."""
     sources = []
     if cat.has("ThreadNames"):
         sources.append("SELECT t.globalTid, s.value FROM ThreadNames AS t "
@@ -298,8 +304,15 @@ def _thread_names(cat: Catalog) -> dict[int, dict[int, str]]:
         code = nvtx_codes(cat)["NvtxThread"]
         sources.insert(0, f"SELECT globalTid, text FROM NVTX_EVENTS WHERE eventType = {code} "
                           "AND typeof(globalTid) = 'integer'")
-    for sql in sources:  # ThreadNames last: it wins
-        for gtid, name in cat.con.execute(sql):
+    return [side.submit(sql) for sql in sources]
+
+
+def _thread_names(sources: list[Callable[[], list[Any]]]) -> dict[int, dict[int, str]]:
+    """process -> tid -> name, from ThreadNames (else NVTX thread names); ``sources``:
+    ``_thread_name_rows``."""
+    out: dict[int, dict[int, str]] = {}
+    for rows in sources:  # ThreadNames last: it wins
+        for gtid, name in rows():
             if gtid is not None and name:
                 out.setdefault(int(gtid) >> 24, {})[int(gtid) & nl.PID_MASK] = str(name)
     return out

@@ -42,6 +42,15 @@ def _plain(type_: pa.DataType) -> pa.DataType:
     return type_.value_type if pa.types.is_dictionary(type_) else type_
 
 
+def text_equals(column: pa.ChunkedArray, text: str) -> pa.ChunkedArray:
+    """``pc.equal(column, text)`` of a text column; a dictionary column is compared on
+    its dictionary, then expanded by the indices (``pc.equal`` decodes every row)."""
+    if not pa.types.is_dictionary(column.type):
+        return pc.equal(column, text)
+    return pa.chunked_array([pc.take(pc.equal(chunk.dictionary, text), chunk.indices)
+                             for chunk in column.chunks], pa.bool_())
+
+
 def fix_utf8(table: pa.Table) -> tuple[pa.Table, int]:
     """``table`` with text that is not UTF-8 (SQLite does not check what it stores; the
     driver hands it over as is) decoded with U+FFFD, and the number of rows with such a
@@ -133,15 +142,19 @@ class Shape:
         """The result of ``select`` with the schema's types, NULLs and constants."""
         columns: list[pa.Array | pa.ChunkedArray] = []
         n = raw.num_rows
+        # one zero-filled buffer (pages mapped lazily) under every constant column: the
+        # validity, values and offsets of NULL columns, the indices of dictionary ones
+        zeros = pa.py_buffer(bytes(8 * n + 8)) if constants else None
         for fld in self.schema:
             plain = _plain(fld.type)
             if fld.name in constants:
+                assert zeros is not None
                 value = pa.scalar(constants[fld.name], plain)
                 if not value.is_valid:
-                    columns.append(pa.nulls(n, fld.type))
+                    columns.append(_nulls(n, fld.type, zeros))
                 elif fld.type == DICT:
                     columns.append(pa.DictionaryArray.from_arrays(
-                        pa.array(np.zeros(n, dtype=np.int32)), pa.array([value])))
+                        pa.Array.from_buffers(pa.int32(), n, [None, zeros]), pa.array([value])))
                 else:
                     columns.append(pa.repeat(value, n))
                 continue
@@ -157,6 +170,16 @@ class Shape:
     def empty(self) -> pa.Table:
         """A table of this shape without rows."""
         return self.schema.empty_table()
+
+
+def _nulls(n: int, type_: pa.DataType, zeros: pa.Buffer) -> pa.Array:
+    """``pa.nulls(n, type_)`` (int64, float64, string or ``DICT``) on the shared buffer
+    ``zeros`` (at least 8 * ``n`` zero bytes) instead of newly written memory."""
+    if type_ == DICT:
+        return pa.DictionaryArray.from_arrays(_nulls(n, pa.int32(), zeros),
+                                              pa.array([], pa.string()))
+    return pa.Array.from_buffers(type_, n, [zeros, zeros, zeros][:type_.num_buffers],
+                                 null_count=n)
 
 
 _NOT_CONSTANT = object()

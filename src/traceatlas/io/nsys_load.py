@@ -26,6 +26,8 @@ import math
 import re
 import sqlite3
 import warnings
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,20 +159,22 @@ class Read:
                 lookup.create(db)
             for sql in self.setup:
                 db.execute(sql)
-            exprs = self.exprs
+            exprs, rows = self.exprs, None
             if self.args is not None:
-                exprs = {**exprs, "args": self._args(db, self.args, condition)}
+                args, rows = self._args(db, self.args, condition)
+                exprs = {**exprs, "args": args}
             try:
-                table, flags = self._fetch(db, exprs, tail, flag)
+                table, bad_rows = self._fetch(db, exprs, where, flag, rows)
             except (DriverError, ReadError) as exc:
                 if self.args is None or "BLOB" not in str(exc):
                     raise
                 # a blob where the file declares a number or text: build args again
                 # with every member turned to hex when it is a blob (slower; rare)
-                exprs = {**exprs, "args": self._args(db, self.args, condition, blob_safe=True)}
-                table, flags = self._fetch(db, exprs, tail, flag)
+                args, rows = self._args(db, self.args, condition, blob_safe=True)
+                exprs = {**exprs, "args": args}
+                table, bad_rows = self._fetch(db, exprs, where, flag, rows)
             table, bad_text = fix_utf8(table)
-            stats = {"bad_rows": [int(np.count_nonzero(flags))], "bad_text": [bad_text]}
+            stats = {"bad_rows": [bad_rows], "bad_text": [bad_text]}
             if stats["bad_rows"][0] and self.checks is not None:  # rare: count per column
                 counts = db.rows(f"SELECT {self.checks.bad_counts()} {tail}")[0]
                 stats |= {f"bad:{c}": [int(n or 0)]
@@ -189,19 +193,32 @@ class Read:
             return {self.result: table, _STATS: pa.table(stats)}
         return job
 
-    def _fetch(self, db: Db, exprs: dict[str, str], tail: str,
-               flag: str | None) -> tuple[pa.Table, np.ndarray[Any, np.dtype[np.int64]]]:
-        if flag is None:
-            return db.fetch(self.shape, exprs, tail), np.zeros(0, np.int64)
-        return db.fetch_checked(self.shape, exprs, tail, flag)
+    def _fetch(self, db: Db, exprs: dict[str, str], where: list[str], flag: str | None,
+               rows: int | None) -> tuple[pa.Table, int]:
+        """(rows kept, rows dropped for a wrong-typed checked column). With ``rows`` (the
+        count of rows ``where`` selects) the check is a condition of the query and the
+        dropped rows are counted as ``rows`` - kept (the joins are on lookups with one
+        row per key: they neither add nor drop rows); else each row's flag is read."""
+        tail = f"FROM {quote(self.table)} AS a {self.joins}"
+        if flag is not None and rows is not None:
+            where = [*where, f"({flag}) = 0"]
+        if where:
+            tail += f" WHERE {' AND '.join(where)}"
+        if flag is None or rows is not None:
+            table = db.fetch(self.shape, exprs, tail)
+            return table, 0 if flag is None else int(rows or 0) - table.num_rows
+        table, flags = db.fetch_checked(self.shape, exprs, tail, flag)
+        return table, int(np.count_nonzero(flags))
 
-    def _args(self, db: Db, cols: Columns, condition: str, *, blob_safe: bool = False) -> str:
+    def _args(self, db: Db, cols: Columns, condition: str, *,
+              blob_safe: bool = False) -> tuple[str, int]:
+        """(SQL of the ``args`` column, the number of rows ``condition`` selects)."""
         names = cols.arg_columns()
         counts = db.rows("SELECT count(*)" + "".join(
             f", count(a.{quote(c)})" for c in names) + f" FROM {quote(self.table)} AS a"
             + condition)[0]
         return cols.args(self.extra, dict(zip(names, counts[1:], strict=True)), counts[0],
-                         blob_safe=blob_safe)
+                         blob_safe=blob_safe), int(counts[0])
 
 
 @dataclass
@@ -232,13 +249,53 @@ def _blank_names(table: pa.Table) -> int:
     return count
 
 
-def load(cat: Catalog, uri: str, threads: int = 1) -> Loaded:
+class Side:
+    """Small queries on a second read-only ``sqlite3`` connection, in a thread of their
+    own, while the caller goes on; ``submit`` gives a function returning the rows (its
+    error raised there). With ``threads`` 1 a query runs on ``con`` when its rows are
+    asked for, as if it had not been submitted."""
+
+    def __init__(self, con: sqlite3.Connection, uri: str, threads: int,
+                 text_factory: Callable[[bytes], str]) -> None:
+        self._con, self._uri, self._text = con, uri, text_factory
+        self._own: sqlite3.Connection | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1) if threads > 1 else None
+
+    def submit(self, sql: str) -> Callable[[], list[Any]]:
+        """Start ``sql``; call the result for its rows."""
+        if self._pool is None:
+            return lambda: self._con.execute(sql).fetchall()
+        return self._pool.submit(self._run, sql).result
+
+    def _run(self, sql: str) -> list[Any]:
+        if self._own is None:
+            self._own = sqlite3.connect(self._uri, uri=True)
+            self._own.text_factory = self._text
+        return self._own.execute(sql).fetchall()
+
+    def _close_own(self) -> None:
+        if self._own is not None:
+            self._own.close()
+
+    def close(self) -> None:
+        """Wait for the queries started, close the second connection."""
+        if self._pool is not None:
+            self._pool.submit(self._close_own)
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+def load(cat: Catalog, uri: str, threads: int = 1, side: Side | None = None) -> Loaded:
     """Read every event the reader understands (``uri``: the file, read-only;
-    ``threads`` connections at a time)."""
+    ``threads`` connections at a time; ``side`` runs the NVTX domain query while the
+    other tables are looked at)."""
     loaded = Loaded()
+    side = side if side is not None else Side(cat.con, uri, 1, str)
+    sql = _domains_sql(cat)
+    domains = side.submit(sql) if sql is not None else None
     reads = [*_device_reads(cat), *_runtime_reads(cat)]
     mpi_tables = [spec for spec in ns.MPI_TABLES if cat.has(spec.name)]
-    reads += _nvtx_reads(cat, loaded, mpi_as_nvtx=bool(mpi_tables))
+    reads += _nvtx_reads(cat, loaded, domains, mpi_as_nvtx=bool(mpi_tables))
     for spec, category in ((ns.OSRT, "osrt"), *((s, "mpi") for s in ns.MPI_TABLES)):
         cols = cat.check(spec)
         if cols is not None:
@@ -478,9 +535,27 @@ def _runtime_reads(cat: Catalog) -> list[Read]:
                        (Lookup("ta_api", ("id", "name", "driver"), rows),), "nameId")]
 
 
-def _nvtx_reads(cat: Catalog, loaded: Loaded, *, mpi_as_nvtx: bool) -> list[Read]:
+def _domains_sql(cat: Catalog) -> str | None:
+    """The query of the NVTX domains (process, domainId, name) when NVTX_EVENTS has a
+    domainId column (read from its columns as they are, without ``Catalog.check``)."""
+    if not cat.has(ns.NVTX.name):
+        return None
+    present = cat.columns(ns.NVTX.name)
+    if "domainId" not in present:
+        return None
+    text_id = f"(SELECT value FROM StringIds WHERE id = a.{quote('textId')})" \
+        if "textId" in present else "NULL"  # as Columns.string
+    return ("SELECT a.globalTid >> 24 AS proc, a.domainId, "
+            f"min(coalesce(a.text, {text_id})) AS name FROM NVTX_EVENTS AS a "
+            f"WHERE a.eventType = {ns.nvtx_codes(cat)['NvtxDomainCreate']} AND "
+            "typeof(a.domainId) = 'integer' GROUP BY 1, 2 ORDER BY 1, 2")
+
+
+def _nvtx_reads(cat: Catalog, loaded: Loaded, domains: Callable[[], list[Any]] | None, *,
+                mpi_as_nvtx: bool) -> list[Read]:
     """NVTX ranges, marks and rows of unknown type of every domain in one pass (told
-    apart by ``_split_nvtx``); fills ``loaded.domains``.
+    apart by ``_split_nvtx``); fills ``loaded.domains`` (``domains``: the rows of
+    ``_domains_sql``).
 
     A range in the domain named ``MPI`` (how nsys traced MPI before the MPI_* tables)
     is category ``mpi`` unless the file also has MPI_* tables.
@@ -493,12 +568,8 @@ def _nvtx_reads(cat: Catalog, loaded: Loaded, *, mpi_as_nvtx: bool) -> list[Read
     lookups: tuple[Lookup, ...] = ()
     join, domain, category = "", "NULL", "'nvtx'"
     if nvtx.has("domainId"):
-        rows = cat.con.execute(
-            "SELECT a.globalTid >> 24 AS proc, a.domainId, "
-            f"min({text}) AS name FROM NVTX_EVENTS AS a "
-            f"WHERE a.eventType = {codes['NvtxDomainCreate']} AND typeof(a.domainId) = "
-            "'integer' GROUP BY 1, 2 ORDER BY 1, 2"
-        ).fetchall()
+        assert domains is not None  # _domains_sql gave a query: the same columns
+        rows = domains()
         loaded.domains = [{"process": p, "domainId": d, "name": n} for p, d, n in rows]
         if any(n is not None for _p, _d, n in rows):  # else the domain is always NULL
             lookups = (Lookup("ta_domain", ("proc", "domainId", "name"), rows),)

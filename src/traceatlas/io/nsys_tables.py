@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ import pyarrow.compute as pc
 
 from traceatlas.errors import DataQualityWarning
 from traceatlas.io import nsys_schema as ns
+from traceatlas.io.nsys_adbc import text_equals
 from traceatlas.io.nsys_load import COUNTER, DEVICE, HOST, PID_MASK, STREAM, Loaded
 from traceatlas.model.categories import COMM_KERNEL_RE, STEP_RE
 from traceatlas.ops.nesting import nesting_depth
@@ -45,14 +47,15 @@ def _warn(message: str) -> None:
 
 def processes(loaded: Loaded) -> list[int]:
     """Process keys (``globalPid >> 24``) that have events, ascending."""
-    procs = [t["proc"].to_numpy() for t in (loaded.ev, loaded.mk, loaded.p2p)]
+    procs = [pc.unique(t["proc"]).to_numpy(zero_copy_only=False)
+             for t in (loaded.ev, loaded.mk, loaded.p2p)]  # hashing: no sort of every row
     return [int(p) for p in np.unique(np.concatenate(procs))]
 
 
 def stream_owners(loaded: Loaded) -> dict[int, int]:
     """Device -> the first process (lowest key) with GPU stream activity on it."""
     ev = loaded.ev.select(["kind", "device", "proc"])
-    ev = ev.filter(pc.equal(ev["kind"], STREAM))
+    ev = ev.filter(text_equals(ev["kind"], STREAM))
     owners = ev.group_by("device").aggregate([("proc", "min")])
     return {int(d): int(p) for d, p in zip(owners["device"].to_pylist(),
                                            owners["proc_min"].to_pylist(), strict=True)
@@ -235,8 +238,12 @@ def sort_events(loaded: Loaded, threads: int = 1) -> Sorted:
     """Number the tracks of every process (host threads by tid, then GPU streams and sync
     rows by device and stream) and sort every table for ``build_process``."""
     con = duckdb.connect(":memory:", config={"threads": max(1, threads)})
-    ev = loaded.ev.unify_dictionaries().combine_chunks()  # one gather per column later
+    ev = loaded.ev.unify_dictionaries()
     mk = loaded.mk.unify_dictionaries()
+    # one chunk per column (one gather per column later): copied by Arrow without the
+    # GIL, in a thread while the tracks are numbered and the rows ordered
+    pool = ThreadPoolExecutor(max_workers=1) if threads > 1 else None
+    combined = pool.submit(ev.combine_chunks) if pool is not None else None
     try:
         con.register("ev", _with_rid(ev, ("proc", "kind", "tid", "device", "stream", "start",
                                           "end")))
@@ -250,9 +257,11 @@ def sort_events(loaded: Loaded, threads: int = 1) -> Sorted:
             tracks, track = numbered
             con.register("trk", tracks)
         order = _interval_order(ev, track)
+        procs = ev["proc"].to_numpy()[order]
+        ev = combined.result() if combined is not None else ev.combine_chunks()
         return Sorted(
             tracks=tracks,
-            ev=ev, order=order, track=track, procs=ev["proc"].to_numpy()[order],
+            ev=ev, order=order, track=track, procs=procs,
             instants=_taken(con, mk, f"""
                 SELECT m.rid, t.track_id FROM mk AS m JOIN trk AS t
                   ON t.proc = m.proc AND t.kind = '{HOST}' AND t.tid = m.tid
@@ -264,6 +273,8 @@ def sort_events(loaded: Loaded, threads: int = 1) -> Sorted:
         )
     finally:
         con.close()
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
 @dataclass
@@ -339,7 +350,7 @@ def _intervals(events: Sorted, nesting: np.ndarray[Any, np.dtype[np.int64]],
     device_row = pc.not_equal(_take(ev["kind"], rows), HOST)
     on_device = device_row.to_numpy(zero_copy_only=False).astype(bool)
     name = _first_seen(_one(_take(ev["name"], rows)))
-    category = _refine_categories(name, _text(_take(ev["category"], rows)))
+    category = _refine_categories(name, _one(_take(ev["category"], rows)))
     correlation = _one(_take(ev["correlation"], rows))
     # the rows are in sort_for_nesting order (sort_events sorts them so, stably)
     depth = nesting_depth(track, start, end, on_device)
@@ -361,8 +372,8 @@ def _intervals(events: Sorted, nesting: np.ndarray[Any, np.dtype[np.int64]],
         "end_ns": pa.array(end, pa.int64()),
         "dur_ns": pa.array(end - start, pa.int64()),
         "name": name,
-        "category": category,
-        "source_category": _text(_take(ev["source_category"], out_rows)),
+        "category": _encoded(category),
+        "source_category": _encoded(_one(_take(ev["source_category"], out_rows))),
         "correlation": correlation.take(at),
         "bytes": _one(_take(ev["bytes"], out_rows)),
         "device": pc.if_else(device_row, _take(ev["device"], out_rows), None)
@@ -383,13 +394,26 @@ _GRID_COLUMNS = ("gx", "gy", "gz", "bx", "by", "bz")
 
 
 def _one(values: pa.ChunkedArray | pa.Array) -> pa.Array:
-    """``values`` as one array."""
-    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    """``values`` as one array (a single chunk as it is: ``combine_chunks`` copies it)."""
+    if isinstance(values, pa.ChunkedArray):
+        return values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
+    return values
 
 
 def _text(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     """A (dictionary) text column as one plain string array."""
     return _one(column.cast(pa.string()))
+
+
+def _encoded(values: pa.Array) -> pa.Array:
+    """A text column as the store's ``conform`` would cast it (``dictionary_encode``:
+    dictionary in order of first use), from the dictionary when ``values`` has one and
+    no nulls (no text per row is made or hashed)."""
+    if pa.types.is_dictionary(values.type) and not values.null_count \
+            and not values.dictionary.null_count \
+            and len(pc.unique(values.dictionary)) == len(values.dictionary):
+        return _first_seen(values)
+    return pc.dictionary_encode(_text(values))
 
 
 def _first_seen(values: pa.DictionaryArray) -> pa.DictionaryArray:
@@ -398,8 +422,7 @@ def _first_seen(values: pa.DictionaryArray) -> pa.DictionaryArray:
     if len(values) == 0:
         return pc.dictionary_encode(values.cast(pa.string()))
     indices = values.indices.to_numpy()
-    used, first = np.unique(indices, return_index=True)
-    codes = used[np.argsort(first, kind="stable")]
+    codes = pc.unique(values.indices).to_numpy()  # in order of first use (hashing, no sort)
     remap = np.zeros(len(values.dictionary), dtype=np.int32)
     remap[codes] = np.arange(len(codes), dtype=np.int32)
     return pa.DictionaryArray.from_arrays(pa.array(remap[indices], pa.int32()),
@@ -427,12 +450,27 @@ def _per_name(name: pa.DictionaryArray, fn: Callable[[str], Any], needle: str,
 
 def _refine_categories(name: pa.DictionaryArray, category: pa.Array) -> pa.Array:
     """``kernel`` -> ``comm_kernel`` for NCCL/RCCL names; ``nvtx`` -> ``step`` for
-    ``ProfilerStep#N`` ranges (as the Kineto reader does)."""
+    ``ProfilerStep#N`` ranges (as the Kineto reader does). A dictionary ``category``
+    (without nulls) comes back as one, its text per row as the string path gives."""
     # every match of COMM_KERNEL_RE (nccl|rccl, case ignored) holds "ccl", and every
     # match of STEP_RE starts with "ProfilerStep"
     comm = _per_name(name, lambda n: bool(COMM_KERNEL_RE.search(n)), "ccl", False)
     step = _per_name(name, lambda n: bool(STEP_RE.match(n)), "ProfilerStep", False,
                      ignore_case=False)
+    if pa.types.is_dictionary(category.type) and not category.null_count:
+        texts = [str(t) for t in category.dictionary.to_pylist()]
+        if len(set(texts)) == len(texts):
+            texts += [t for t in ("comm_kernel", "step") if t not in texts]
+            code = {t: i for i, t in enumerate(texts)}
+            idx = category.indices.to_numpy().astype(np.int32)
+            comm_rows = comm.to_numpy(zero_copy_only=False).astype(bool) \
+                & (idx == code.get("kernel", -1))
+            step_rows = step.to_numpy(zero_copy_only=False).astype(bool) \
+                & (idx == code.get("nvtx", -1))
+            idx = np.where(comm_rows, code["comm_kernel"],
+                           np.where(step_rows, code["step"], idx)).astype(np.int32)
+            return pa.DictionaryArray.from_arrays(pa.array(idx), pa.array(texts, pa.string()))
+        category = _text(category)
     comm = pc.and_(pc.equal(category, "kernel"), pc.cast(comm, pa.bool_()))
     step = pc.and_(pc.equal(category, "nvtx"), pc.cast(step, pa.bool_()))
     return pc.if_else(comm, "comm_kernel", pc.if_else(step, "step", category))

@@ -20,6 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from traceatlas.io.nsys_adbc import text_equals
+
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
 ARGS_KEY = "versioned_name"
 
@@ -82,7 +84,7 @@ def _may_have_pairs(ev: pa.Table) -> bool:
     record) with a version suffix. Only then is the pairing query run."""
     if not ev.num_rows or "args" not in ev.column_names:
         return False
-    runtime = pc.equal(ev["source_category"].cast(pa.string()), RUNTIME_TABLE)
+    runtime = text_equals(ev["source_category"], RUNTIME_TABLE)
     if not pc.any(runtime).as_py():
         return False
     rows = ev.select(["args", "name"]).filter(runtime)
