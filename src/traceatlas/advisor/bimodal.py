@@ -88,7 +88,7 @@ def _per_step(ctx: Context, name: str, rank: int, slow_min: int, fast: float
     steps = steps.filter(pl.col("rank") == rank)
     calls = (ctx.trace.intervals
              .filter((pl.col("rank") == rank) & (pl.col("name").cast(pl.String) == name)
-                     & pl.col("category").cast(pl.String).is_in(("kernel", "comm_kernel"))
+                     & pl.col("category").is_in(("kernel", "comm_kernel"))
                      & (pl.col("dur_ns") >= slow_min))
              .select("rank", "start_ns", "end_ns", "dur_ns").collect())
     placed = stepwise.assign(calls, steps).group_by("step").agg(

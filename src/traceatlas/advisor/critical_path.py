@@ -206,7 +206,7 @@ def _exposed(ctx: Context, path: pl.DataFrame, bound: str) -> int:
         return 0
     lo, hi = int(seg["start_ns"].min()), int(seg["end_ns"].max())  # type: ignore[arg-type]
     busy = union_segments(ctx.trace.intervals.filter(
-        pl.col("category").cast(pl.String).is_in(DEVICE) & (pl.col("end_ns") > lo)
+        pl.col("category").is_in(DEVICE) & (pl.col("end_ns") > lo)
         & (pl.col("start_ns") < hi)).select("rank", "start_ns", "end_ns"), ["rank"]
     ).collect()
     total = 0

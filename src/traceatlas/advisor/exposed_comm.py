@@ -117,7 +117,7 @@ def _per_step(ctx: Context, rank: int) -> dict[str, float] | None:
     steps = steps.filter(pl.col("rank") == rank)
     cat = pl.col("category").cast(pl.String)
     rows = (ctx.trace.intervals
-            .filter((pl.col("rank") == rank) & cat.is_in(("kernel", "comm_kernel")))
+            .filter((pl.col("rank") == rank) & pl.col("category").is_in(("kernel", "comm_kernel")))
             .select("rank", cat.alias("category"), "start_ns", "end_ns").collect())
     k = stepwise.union_per_step(rows.filter(pl.col("category") == "kernel"), steps,
                                 name="k")

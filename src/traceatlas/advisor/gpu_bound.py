@@ -139,7 +139,7 @@ def _device(trace: Trace) -> pl.LazyFrame:
     import polars as pl
 
     return trace.intervals.filter(
-        pl.col("category").cast(pl.String).is_in(COMPUTE)).select(
+        pl.col("category").is_in(COMPUTE)).select(
         "rank", pl.col("step").cast(pl.Int64), "start_ns", "end_ns", "correlation",
         "external_id",
         pl.col("name").cast(pl.String))
@@ -211,7 +211,7 @@ def _work(ctx: Context, rank: int, busy: pl.DataFrame
                 .sort("dur_ns", "name", descending=[True, False]))
 
     ops_of = (ctx.trace.intervals.filter((pl.col("rank") == rank)
-                                         & (pl.col("category").cast(pl.String) == "cpu_op")
+                                         & (pl.col("category") == "cpu_op")
                                          & pl.col("external_id").is_not_null())
               .group_by("external_id").agg(pl.col("name").cast(pl.String).first()
                                            .alias("op")).collect())
@@ -268,7 +268,7 @@ def _flops(ctx: Context, rank: int, busy: pl.DataFrame) -> str:
     windows = _windows(ctx).filter(pl.col("rank") == rank).join(
         busy.select("step"), on="step", how="semi")
     ops = (ctx.trace.intervals.filter(
-        (pl.col("rank") == rank) & (pl.col("category").cast(pl.String) == "cpu_op")
+        (pl.col("rank") == rank) & (pl.col("category") == "cpu_op")
         & pl.col("external_id").is_not_null() & pl.col("args").str.contains('"flops"',
                                                                            literal=True))
         .select("external_id", pl.col("args").str.json_path_match("$.flops")

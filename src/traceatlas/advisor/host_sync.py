@@ -161,7 +161,7 @@ def _rank_time(ctx: Context, rank: int) -> int:
     """The rank's step time (sum of its step windows, ns), else the trace span."""
     import polars as pl
 
-    steps = ctx.trace.intervals.filter((pl.col("category").cast(pl.String) == "step")
+    steps = ctx.trace.intervals.filter((pl.col("category") == "step")
                                        & (pl.col("rank") == rank))
     total = steps.select((pl.col("end_ns") - pl.col("start_ns")).sum()).collect().item()
     return int(total) if total else ctx.span_ns

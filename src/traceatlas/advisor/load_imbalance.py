@@ -76,7 +76,7 @@ def _device_per_step(ctx: Context, ranks: list[int]) -> dict[str, float] | None:
     if steps is None:
         return None
     per = stepwise.rank_unions(ctx, sorted(set(ranks)),
-                               pl.col("category").cast(pl.String) == "kernel", steps,
+                               pl.col("category") == "kernel", steps,
                                "compute")
     got = {(int(r), int(s)): float(v) for r, s, v in per.select("rank", "step", "compute").rows()}
     costs = []

@@ -59,7 +59,7 @@ def check(ctx: Context) -> list[Finding]:
     mine = streams.filter(pl.col("rank") == rank)
     names = (ctx.trace.intervals
              .filter((pl.col("rank") == rank)
-                     & pl.col("category").cast(pl.String).is_in(("memcpy", "memset"))
+                     & pl.col("category").is_in(("memcpy", "memset"))
                      & pl.col("stream").is_in(mine["stream"].to_list()))
              .group_by(pl.col("name").cast(pl.String), "stream")
              .agg(pl.col("dur_ns").sum(), pl.len().alias("n"))
@@ -99,7 +99,7 @@ def _op(ctx: Context, rank: int, name: str, stream: int) -> dict[str, str]:
     iv = ctx.trace.intervals.filter(pl.col("rank") == rank)
     ids = iv.filter((pl.col("name").cast(pl.String) == name) & (pl.col("stream") == stream)
                     & pl.col("external_id").is_not_null()).select("external_id")
-    ops = (iv.filter(pl.col("category").cast(pl.String) == "cpu_op")
+    ops = (iv.filter(pl.col("category") == "cpu_op")
            .join(ids, on="external_id", how="semi")
            .group_by(pl.col("name").cast(pl.String)).len()
            .sort("len", "name", descending=[True, False]).head(1).collect())
@@ -148,7 +148,7 @@ def _rows(trace: Trace, streams: pl.DataFrame) -> tuple[pl.LazyFrame, pl.LazyFra
     import polars as pl
 
     cat = pl.col("category").cast(pl.String)
-    device = cat.is_in(("kernel", "comm_kernel", "memcpy", "memset"))
+    device = pl.col("category").is_in(("kernel", "comm_kernel", "memcpy", "memset"))
     rows = trace.intervals.filter(device).select(
         "rank", pl.col("device").fill_null(-1).cast(pl.Int64),
         pl.col("stream").fill_null(-1).cast(pl.Int64), cat.alias("category"), "start_ns",

@@ -174,7 +174,7 @@ def _origin(ctx: Context, rank: int, launches: pl.DataFrame) -> dict[str, str]:
 
     out: dict[str, str] = {}
     corr = launches.select("correlation")
-    cat = pl.col("category").cast(pl.String)
+    cat = pl.col("category")  # compared as stored (Categorical): no cast per row
     rows = ctx.trace.intervals.filter((pl.col("rank") == rank)
                                       & pl.col("correlation").is_not_null())
     device = (rows.filter(cat.is_in(("kernel", "comm_kernel", "memcpy", "memset")))

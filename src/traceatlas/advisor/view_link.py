@@ -130,7 +130,7 @@ def _load_imbalance(ctx: Context, finding: Finding, steps: pl.DataFrame) -> dict
     if every is None or finding.metric == "host_load_balance":  # MPI: no kernels
         return _where_cost(ctx, finding, steps)
     per = stepwise.rank_unions(ctx, ctx.trace.ranks,
-                               pl.col("category").cast(pl.String) == "kernel", every,
+                               pl.col("category") == "kernel", every,
                                "compute")
     ranks = sorted({int(r) for r in per["rank"]})
     got = {(int(r), int(s)): float(v) for r, s, v in per.select("rank", "step", "compute").rows()}

@@ -50,7 +50,7 @@ class Breakdown:
 
         keys = list(GROUPINGS[str(params["by"])])
         cat = pl.col("category").cast(pl.String)
-        base = trace.intervals.filter(cat.is_in(DEVICE_WORK)).select(
+        base = trace.intervals.filter(pl.col("category").is_in(DEVICE_WORK)).select(
             "rank", pl.col("device").fill_null(-1), pl.col("stream").fill_null(-1),
             cat.alias("category"), "start_ns", "end_ns",
         )
@@ -75,8 +75,9 @@ class Breakdown:
             frame = frame.join(part, on=keys, how="left")
         host = trace.intervals.filter(
             (pl.col("device").fill_null(-1) < 0)
-            & ((cat == "mpi") | (cat.is_in(("annotation", "cpu_op", "python", "other"))
-                                 & pl.col("name").cast(pl.String).str.contains(HOST_COLLECTIVE)))
+            & ((pl.col("category") == "mpi")
+               | (pl.col("category").is_in(("annotation", "cpu_op", "python", "other"))
+                  & pl.col("name").cast(pl.String).str.contains(HOST_COLLECTIVE)))
         ).select("rank", "start_ns", "end_ns")
         frame = frame.join(union_ns(host, ["rank"], "host_comm_ns"), on="rank", how="left")
         table = (

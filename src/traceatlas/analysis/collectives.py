@@ -83,7 +83,7 @@ class Collectives:
         size = pl.col("dtype").str.to_lowercase().replace_strict(
             dict(DTYPE_BYTES), default=None, return_dtype=pl.Int64)
         kernels = (
-            trace.intervals.filter(pl.col("category").cast(pl.String) == "comm_kernel")
+            trace.intervals.filter(pl.col("category") == "comm_kernel")
             .select("rank", "start_ns", "end_ns", pl.col("name").cast(pl.String),
                     "collective", "process_group", "in_msg_nelems", "dtype")
             .with_columns(op=op, bytes=pl.col("in_msg_nelems") * size,

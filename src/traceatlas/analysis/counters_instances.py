@@ -78,7 +78,7 @@ def gpu_metric_instances(trace: Trace) -> pl.DataFrame:
         return empty()
     series = samples.group_by([*SERIES, "device"]).agg(
         t0=pl.col("ts_ns").min(), tn=pl.col("ts_ns").max())
-    cat = pl.col("category").cast(pl.String)
+    cat = pl.col("category")  # compared as stored (Categorical): no cast per row
     device_rows = (
         trace.intervals.filter(cat.is_in(DEVICE_WORK) & pl.col("device").is_not_null())
         .select("rank", "device", "start_ns", "end_ns", "correlation",
@@ -175,7 +175,7 @@ def attribute(trace: Trace, rows: pl.DataFrame, categories: tuple[str, ...],
     the row's attribution point (``track_id``, ``at_ns``) on its rank; null when none."""
     import polars as pl
 
-    cat = pl.col("category").cast(pl.String)
+    cat = pl.col("category")  # compared as stored (Categorical): no cast per row
     spans = (
         trace.intervals.filter(cat.is_in(categories))
         .select("rank", "track_id", "start_ns", "end_ns", pl.col("name").cast(pl.String))

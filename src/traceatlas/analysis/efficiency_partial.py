@@ -87,7 +87,7 @@ def has_category(view: Trace, category: str) -> bool:
     """Whether ``view`` has any interval of ``category``."""
     import polars as pl
 
-    return bool(view.intervals.filter(pl.col("category").cast(pl.String) == category)
+    return bool(view.intervals.filter(pl.col("category") == category)
                 .select("rank").head(1).collect().height)
 
 
@@ -111,7 +111,7 @@ def host(trace: Trace, view: Trace, region: Region
                .join(h_tracks, on=KEYS, how="semi").collect())
     cat = pl.col("category").cast(pl.String)
     name = pl.col("name").cast(pl.String)
-    state_ranks = set(trace.intervals.filter(cat == "state").select("rank").unique()
+    state_ranks = set(trace.intervals.filter(pl.col("category") == "state").select("rank").unique()
                       .collect()["rank"].to_list())
     if threads.height == 0:
         return empty_threads(), empty_ranks(), bool(state_ranks)
@@ -242,7 +242,7 @@ def replay_inputs(trace: Trace, view: Trace, region: Region
 
     from traceatlas.ops.select import Selection
 
-    mpi = (view.intervals.filter(pl.col("category").cast(pl.String) == "mpi")
+    mpi = (view.intervals.filter(pl.col("category") == "mpi")
            .with_columns(pl.col("rank").cast(pl.Int32), pl.col("track_id").cast(pl.Int32))
            .join(host_tracks(trace), on=KEYS, how="semi")
            .select("rank", "start_ns", "end_ns", pl.col("name").cast(pl.String),
@@ -262,11 +262,11 @@ def devices(trace: Trace, view: Trace, region: Region, nccl_useful: bool) -> pl.
 
     keys = ["rank", "device"]
     cat = pl.col("category").cast(pl.String)
-    found = (trace.intervals.filter(cat.is_in(DEVICE_WORK))
+    found = (trace.intervals.filter(pl.col("category").is_in(DEVICE_WORK))
              .select(pl.col("rank").cast(pl.Int32),
                      pl.col("device").fill_null(-1).cast(pl.Int32)).unique()
              .sort(keys).collect())
-    work = view.intervals.filter(cat.is_in(DEVICE_WORK)).select(
+    work = view.intervals.filter(pl.col("category").is_in(DEVICE_WORK)).select(
         pl.col("rank").cast(pl.Int32), pl.col("device").fill_null(-1).cast(pl.Int32),
         cat.alias("cat"), "start_ns", "end_ns")
     useful_cats = ("kernel", "comm_kernel") if nccl_useful else ("kernel",)

@@ -93,7 +93,7 @@ def probe(trace: Trace, text: str) -> pl.DataFrame:
 
     kind, arg = parse_region(text)
     row: dict[str, Any] = dict.fromkeys(_probe_schema())
-    cat = pl.col("category").cast(pl.String)
+    cat = pl.col("category")  # compared as stored (Categorical): no cast per row
     lo, hi = trace.intervals.select(pl.col("start_ns").min(), pl.col("end_ns").max()
                                     ).collect().row(0)
     row.update(lo=lo, hi=hi, steps=[], step_rows=False, step_null=False, mpi=bool(
@@ -116,7 +116,7 @@ def _step_probe(trace: Trace, step: int) -> dict[str, Any]:
 
     from traceatlas.ops.phases import detect_phases
 
-    steps = trace.intervals.filter(pl.col("category").cast(pl.String) == "step")
+    steps = trace.intervals.filter(pl.col("category") == "step")
     lo, hi = steps.filter(pl.col("step") == step).select(
         pl.col("start_ns").min(), pl.col("end_ns").max()).collect().row(0)
     known = steps.select(pl.col("step").unique()).collect()["step"]
@@ -139,7 +139,7 @@ def annotation_segments(trace: Trace, regex: str) -> pl.DataFrame:
     import polars as pl
 
     hits = trace.intervals.filter(
-        pl.col("category").cast(pl.String).is_in(ANNOTATION_CATEGORIES)
+        pl.col("category").is_in(ANNOTATION_CATEGORIES)
         & pl.col("name").cast(pl.String).str.contains(regex))
     return union_segments(hits, ["rank"]).sort("rank", "start_ns").collect()
 

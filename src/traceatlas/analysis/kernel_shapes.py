@@ -28,7 +28,7 @@ def with_op(intervals: pl.LazyFrame, kernels: pl.LazyFrame,
     null. The op itself is the ``cpu_op`` row of that rank and ``external_id``."""
     import polars as pl
 
-    cat = pl.col("category").cast(pl.String)
+    cat = pl.col("category")  # compared as stored (Categorical): no cast per row
     launches = (intervals.filter(cat.is_in(LAUNCH_CATEGORIES)
                                  & pl.col("correlation").is_not_null()
                                  & pl.col("external_id").is_not_null())
@@ -43,7 +43,7 @@ def with_shapes(intervals: pl.LazyFrame, kernels: pl.LazyFrame) -> pl.LazyFrame:
     the launching op's ``Input Dims`` text, or null."""
     import polars as pl
 
-    cat = pl.col("category").cast(pl.String)
+    cat = pl.col("category")  # compared as stored (Categorical): no cast per row
     linked = with_op(intervals, kernels, "_op")
     ops = (intervals.filter((cat == "cpu_op") & pl.col("external_id").is_not_null())
            .select("rank", pl.col("external_id").alias("_op"), "args")

@@ -154,7 +154,7 @@ def _device_rows(trace: Trace, memory: bool) -> tuple[pl.LazyFrame, pl.LazyFrame
 
     cats = KERNEL_CATEGORIES + (MEMORY_CATEGORIES if memory else ())
     cat = pl.col("category").cast(pl.String)
-    device = trace.intervals.filter(cat.is_in(DEVICE_WORK)).select(
+    device = trace.intervals.filter(pl.col("category").is_in(DEVICE_WORK)).select(
         "rank", pl.col("name").cast(pl.String), cat.alias("category"),
         "start_ns", "end_ns", "dur_ns", "correlation", "external_id")
     return device, device.filter(pl.col("category").is_in(cats))

@@ -95,7 +95,7 @@ class Launch:
         cat = pl.col("category").cast(pl.String)
         rows = trace.intervals.filter(pl.col("correlation").is_not_null())
         host = (
-            rows.filter(cat.is_in(LAUNCH_CATEGORIES))
+            rows.filter(pl.col("category").is_in(LAUNCH_CATEGORIES))
             .sort("rank", "correlation", cat != "runtime", "start_ns")
             .group_by("rank", "correlation", maintain_order=True)
             .first()
@@ -104,7 +104,7 @@ class Launch:
                     pl.col("end_ns").alias("_cpu_end"),
                     pl.col("dur_ns").alias("cpu_launch_ns"))
         )
-        device = rows.filter(cat.is_in(cats)).select(
+        device = rows.filter(pl.col("category").is_in(cats)).select(
             "rank", "correlation", pl.col("name").cast(pl.String), cat.alias("category"),
             "stream", pl.col("start_ns").alias("gpu_start_ns"), pl.col("dur_ns").alias("gpu_ns"),
             pl.col("end_ns").alias("_gpu_end"), "step")

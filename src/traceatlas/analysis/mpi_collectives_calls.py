@@ -51,7 +51,7 @@ def collective_calls(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
                      name.str.replace(r"(?i)^MPI_", "").str.to_lowercase())
     calls = (
         trace.intervals
-        .filter((pl.col("category").cast(pl.String) == "mpi")
+        .filter((pl.col("category") == "mpi")
                 & (pl.col("collective").is_not_null() | name.str.contains(COLLECTIVE_NAME)))
         .select("rank", "start_ns", "end_ns", "bytes", op.alias("op"),
                 pl.col("process_group").cast(pl.String).alias("communicator"))

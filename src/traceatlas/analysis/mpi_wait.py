@@ -116,7 +116,7 @@ def _calls(trace: Trace) -> pl.LazyFrame:
     """The MPI calls of ``trace``: rank, start_ns, end_ns."""
     import polars as pl
 
-    return (trace.intervals.filter(pl.col("category").cast(pl.String) == "mpi")
+    return (trace.intervals.filter(pl.col("category") == "mpi")
             .select("rank", "start_ns", "end_ns"))
 
 

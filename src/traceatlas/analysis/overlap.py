@@ -55,7 +55,7 @@ class Overlap:
         import polars as pl
 
         cat = pl.col("category").cast(pl.String)
-        base = trace.intervals.filter(cat.is_in(KERNELS)).select(
+        base = trace.intervals.filter(pl.col("category").is_in(KERNELS)).select(
             "rank", cat.alias("category"), "start_ns", "end_ns")
         keys = ["rank"]
         comm = pl.col("category") == "comm_kernel"

@@ -73,7 +73,7 @@ class Patterns:
         if length < 0 or top < 0:
             raise InputError("--param length/top", "must be >= 0")
         cats = [c.strip() for c in str(params["categories"]).split(",") if c.strip()]
-        cat = pl.col("category").cast(pl.String)
+        cat = pl.col("category")  # compared as stored (Categorical): no cast per row
         try:
             matching = (
                 trace.intervals.filter(cat.is_in(cats))

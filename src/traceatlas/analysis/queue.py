@@ -86,7 +86,7 @@ class Queue:
         """Main: queue summary per stream; extras series, bandwidth, bandwidth_series."""
         import polars as pl
 
-        cat = pl.col("category").cast(pl.String)
+        cat = pl.col("category")  # compared as stored (Categorical): no cast per row
         device = trace.intervals.filter(cat.is_in(DEVICE_WORK)).select(
             "rank", pl.col("device").fill_null(-1), pl.col("stream").fill_null(-1),
             "start_ns", "end_ns", "correlation")
@@ -159,7 +159,7 @@ def bandwidth_series(trace: Trace) -> pl.LazyFrame:
     """memcpy/memset events: ``rank, kind, start_ns, end_ns, bytes, gbps``."""
     import polars as pl
 
-    cat = pl.col("category").cast(pl.String)
+    cat = pl.col("category")  # compared as stored (Categorical): no cast per row
     kind = (pl.when(cat == "memset").then(pl.lit("memset"))
             .otherwise(pl.col("memcpy_kind").cast(pl.String).fill_null("unknown")))
     dur = pl.col("end_ns") - pl.col("start_ns")

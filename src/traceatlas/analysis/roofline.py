@@ -141,7 +141,7 @@ def _instances(trace: Trace) -> pl.DataFrame:
     import polars as pl
 
     iv = trace.intervals
-    cat = pl.col("category").cast(pl.String)
+    cat = pl.col("category")  # compared as stored (Categorical): no cast per row
     kernels = iv.filter(cat == "kernel").select(
         "rank", "device", "correlation", "external_id", "dur_ns")
     linked = with_op(iv, kernels, "op_id")

@@ -66,7 +66,7 @@ def _part_filters(loader_names: list[str] | None = None) -> list[pl.Expr]:
     of once per row; None: the regex on every row."""
     import polars as pl
 
-    cat = pl.col("category").cast(pl.String)
+    cat = pl.col("category")  # compared as stored (Categorical): no cast per row
     host = ~cat.is_in(tuple(DEVICE_CATEGORIES))
     if loader_names is None:
         loader = host & pl.col("name").cast(pl.String).str.contains(DATALOADER_RE)
@@ -129,7 +129,7 @@ def _markers(trace: Trace, marker: str) -> pl.LazyFrame:
     """Columns rank, step, hs (marker start), he (marker end), one row per rank and step."""
     import polars as pl
 
-    cat = pl.col("category").cast(pl.String)
+    cat = pl.col("category")  # compared as stored (Categorical): no cast per row
     frame = trace.intervals
     if marker:
         try:
@@ -161,7 +161,7 @@ def _windows(trace: Trace, markers: pl.LazyFrame) -> pl.LazyFrame:
     """Step windows: columns rank, step, start_ns, end_ns (non-overlapping per rank)."""
     import polars as pl
 
-    cat = pl.col("category").cast(pl.String)
+    cat = pl.col("category")  # compared as stored (Categorical): no cast per row
     rows = trace.intervals.filter(pl.col("correlation").is_not_null())
     launches = (rows.filter(cat.is_in(("runtime", "driver")))
                 .group_by("rank", "correlation").agg(pl.col("start_ns").min().alias("ls")))

@@ -44,7 +44,7 @@ def launch_context(trace: Trace) -> pl.DataFrame:
     outermost first; empty when none)."""
     import polars as pl
 
-    cat = pl.col("category").cast(pl.String)
+    cat = pl.col("category")  # compared as stored (Categorical): no cast per row
     calls = (trace.intervals
              .filter(cat.is_in(LAUNCH_CATEGORIES) & pl.col("correlation").is_not_null())
              .select("rank", "track_id", "start_ns", "end_ns", "depth", "correlation")

@@ -107,7 +107,7 @@ def sync_events(store: Path) -> pa.Table:
 
     frame = (
         scan_parts(store, "intervals")
-        .filter(pl.col("category").cast(pl.String).is_in(["comm_kernel", "mpi"]))
+        .filter(pl.col("category").is_in(["comm_kernel", "mpi"]))
         .select(
             "rank", "start_ns", "end_ns", pl.col("category").cast(pl.String),
             pl.col("name").cast(pl.String), pl.col("process_group").fill_null(""),

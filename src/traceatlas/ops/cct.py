@@ -140,7 +140,7 @@ def _host_rows(trace: Trace) -> pl.DataFrame:
 
     kinds = (trace.tracks.filter(pl.col("kind").cast(pl.String) != HOST_KIND)
              .select("rank", "track_id"))
-    cat = pl.col("category").cast(pl.String)
+    cat = pl.col("category")  # compared as stored (Categorical): no cast per row
     frame = (trace.intervals
              .join(kinds, on=["rank", "track_id"], how="anti")
              .filter((cat != "state") & ~cat.is_in(DEVICE_CATEGORIES))
@@ -214,12 +214,12 @@ def _device_rows(trace: Trace, host: pl.DataFrame) -> pl.DataFrame:
     """Device activity with ``launch_row``: the host row of its launch call (-1: none)."""
     import polars as pl
 
-    cat = pl.col("category").cast(pl.String)
+    cat = pl.col("category")  # compared as stored (Categorical): no cast per row
     device = (trace.intervals.filter(cat.is_in(DEVICE_CATEGORIES))
               .select("rank", "track_id", "correlation", "dur_ns", "name", "category")
               .collect())
     launches = (host.with_row_index("launch_row")
-                .filter(pl.col("category").cast(pl.String).is_in(LAUNCH_CATEGORIES)
+                .filter(pl.col("category").is_in(LAUNCH_CATEGORIES)
                         & pl.col("correlation").is_not_null())
                 .select("rank", "correlation", pl.col("launch_row").cast(pl.Int64))
                 .unique(["rank", "correlation"], keep="first"))
@@ -443,7 +443,7 @@ def _link_to_main(trace: Trace, rows: pl.DataFrame, parent: IntArray,
     bwd = pl.concat([named, flow_tracks]).unique()
     if bwd.height == 0:
         return 0, []
-    steps = (trace.intervals.filter(pl.col("category").cast(pl.String) == "step")
+    steps = (trace.intervals.filter(pl.col("category") == "step")
              .select("rank", "track_id").unique().with_columns(_step=pl.lit(1)).collect())
     main = (top_level.join(bwd, on=["rank", "track_id"], how="anti")
             .group_by("rank", "track_id")

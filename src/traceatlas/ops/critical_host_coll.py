@@ -81,7 +81,7 @@ def occurrences(work: pl.DataFrame, whole: pl.LazyFrame | None, lo: int,
     if whole is None:
         return work.sort("rank", "start_ns").with_columns(
             occ=pl.int_range(pl.len()).over(key))
-    every = (whole.filter(~pl.col("category").cast(pl.String).is_in(NOT_HOST)
+    every = (whole.filter(~pl.col("category").is_in(NOT_HOST)
                           & pl.col("name").cast(pl.String).str.contains(HOST_WORK_RE))
              .select("rank", "track_id", "start_ns", "end_ns",
                      pl.col("name").cast(pl.String),

@@ -160,7 +160,7 @@ def _events(trace: Trace, names: str, level: int) -> tuple[dict[str, I64], list[
 
     host = (trace.scan("tracks").filter(pl.col("kind").cast(pl.String) == "host_thread")
             .select("rank", "track_id").unique())
-    frame = trace.intervals.filter(~pl.col("category").cast(pl.String).is_in(EXCLUDED))
+    frame = trace.intervals.filter(~pl.col("category").is_in(EXCLUDED))
     if names:
         frame = frame.filter(pl.col("name").cast(pl.String).str.contains(names))
     if level >= 0:

@@ -408,13 +408,13 @@ def step_spans(trace: Trace, step: int) -> StepSpans:
     import polars as pl
 
     spans = (
-        trace.intervals.filter((pl.col("category").cast(pl.String) == "step")
+        trace.intervals.filter((pl.col("category") == "step")
                                & (pl.col("step") == step))
         .group_by("rank").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
         .sort("rank").collect()
     )
     if spans.height == 0:
-        known = (trace.intervals.filter(pl.col("category").cast(pl.String) == "step")
+        known = (trace.intervals.filter(pl.col("category") == "step")
                  .select(pl.col("step").unique().sort()).collect()["step"].to_list())
         if not known:
             return _phase_spans(trace, step)
@@ -521,7 +521,7 @@ def _intervals(sel: Selection) -> Expr | None:
 
     parts = _rank(sel)
     if sel.categories is not None:
-        parts.append(pl.col("category").cast(pl.String).is_in(list(sel.categories)))
+        parts.append(pl.col("category").is_in(list(sel.categories)))
     if sel.name_regex is not None:
         parts.append(pl.col("name").cast(pl.String).str.contains(sel.name_regex))
     if sel.min_dur_ns is not None:
@@ -562,7 +562,7 @@ def _timed(pseudo: str | None) -> Callable[[Selection], Expr | None]:
             parts.append(span)
         if sel.categories is not None:
             parts.append(pl.lit(pseudo in sel.categories) if pseudo is not None else
-                         pl.col("category").cast(pl.String).is_in(list(sel.categories)))
+                         pl.col("category").is_in(list(sel.categories)))
         if sel.name_regex is not None:
             parts.append(pl.col("name").cast(pl.String).str.contains(sel.name_regex)
                          .fill_null(False))

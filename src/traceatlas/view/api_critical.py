@@ -159,7 +159,7 @@ def step_spans(ctx: Context) -> pl.DataFrame:
         found = ctx.memo.get("step_spans")
     if found is None:
         found = (ctx.trace.intervals
-                 .filter((pl.col("category").cast(pl.String) == "step")
+                 .filter((pl.col("category") == "step")
                          & pl.col("step").is_not_null())
                  .group_by("step").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
                  .sort("step").collect())

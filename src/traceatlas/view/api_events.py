@@ -156,27 +156,27 @@ def chain(ctx: Context, row: dict[str, Any]) -> list[dict[str, Any]]:
     category = str(row["category"])
     is_host_op = category not in LAUNCH_CATEGORIES and category not in DEVICE_CATEGORIES
     if is_host_op and exts:
-        launched = iv.filter(cat.is_in(LAUNCH_CATEGORIES)
+        launched = iv.filter(pl.col("category").is_in(LAUNCH_CATEGORIES)
                              & pl.col("external_id").is_in(list(exts))
                              & pl.col("correlation").is_not_null())
         corrs |= set(launched.select("correlation").head(MAX_CHAIN).collect()
                      ["correlation"].to_list())
     elif corrs:
-        launches = iv.filter(cat.is_in(LAUNCH_CATEGORIES)
+        launches = iv.filter(pl.col("category").is_in(LAUNCH_CATEGORIES)
                              & pl.col("correlation").is_in(list(corrs))
                              & pl.col("external_id").is_not_null())
         exts |= set(launches.select("external_id").head(MAX_CHAIN).collect()
                     ["external_id"].to_list())
     parts = []
     if exts:
-        parts.append(iv.filter(~cat.is_in([*LAUNCH_CATEGORIES, *DEVICE_CATEGORIES])
+        parts.append(iv.filter(~pl.col("category").is_in([*LAUNCH_CATEGORIES, *DEVICE_CATEGORIES])
                                & pl.col("external_id").is_in(list(exts)))
                      .with_columns(role=pl.lit("host_op")))
     if corrs:
         linked = iv.filter(pl.col("correlation").is_in(list(corrs)))
-        parts.append(linked.filter(cat.is_in(LAUNCH_CATEGORIES)).with_columns(
+        parts.append(linked.filter(pl.col("category").is_in(LAUNCH_CATEGORIES)).with_columns(
             role=pl.lit("launch")))
-        parts.append(linked.filter(cat.is_in(list(DEVICE_CATEGORIES))).with_columns(
+        parts.append(linked.filter(pl.col("category").is_in(list(DEVICE_CATEGORIES))).with_columns(
             role=pl.lit("device")))
     if not parts:
         return _flow_chain(ctx, row)
