@@ -28,7 +28,6 @@ from traceatlas.ops.host_activity import (
     UNTRACED,
     Painting,
     Timeline,
-    covered,
     covered_sorted,
     overlapping,
     union,
@@ -246,9 +245,11 @@ def test_all_in_gaps_equals_in_gaps(gaps: list[tuple[int, int]],
 @settings(max_examples=300, deadline=None)
 @given(segs=st.lists(_iv, max_size=12), points=st.lists(st.integers(0, 170), max_size=30))
 def test_covered_sorted_equals_covered(segs: list[tuple[int, int]], points: list[int]) -> None:
+    """Against the frozen per-point search (``frozen_idle_causes.covered``)."""
     s = union(_arr(segs, 0), _arr(segs, 1))
     p = np.sort(np.asarray(points, dtype=np.int64))
-    assert covered_sorted(p, s[0], s[1]).tolist() == covered(p, s[0], s[1]).tolist()
+    assert covered_sorted(p, s[0], s[1]).tolist() == frozen_idle_causes.covered(
+        p, s[0], s[1]).tolist()
 
 
 @settings(max_examples=150, deadline=None)

@@ -88,13 +88,13 @@ def causes(trace: Trace, gaps: pl.DataFrame, device: pl.DataFrame) -> pl.DataFra
     launchers = {k: v["track_id"].to_list() for k, v in
                  threads.partition_by(KEYS, as_dict=True).items()}
     streams = gaps.partition_by(KEYS, as_dict=True)
-    # rank after rank: one rank's painted timelines held at a time
-    for rank in sorted({int(key[0]) for key in streams}):
-        rank_host = _Host(host_of.pop(rank, host.clear()))
-        for (r, dev, stream), g in streams.items():
-            if int(r) == rank:
-                frames.append(_stream(rank_host, launchers.get((r, dev, stream), []),
-                                      g.sort("start_ns"), (r, dev, stream)))
+    rank_host, current = None, None
+    for key in sorted(streams):  # rank after rank: one rank's timelines held at a time
+        if rank_host is None or key[0] != current:
+            current = key[0]
+            rank_host = _Host(host_of.pop(int(current), host.clear()))
+        frames.append(_stream(rank_host, launchers.get(key, []), streams[key].sort("start_ns"),
+                              key))
     out = pl.concat(frames) if frames else empty()
     # rows of equal time in one step: by cause word (no tie left to the frames' order)
     return out.filter(pl.col("idle_ns") > 0).sort(*KEYS, "step", "idle_ns", "cause",

@@ -87,17 +87,6 @@ def union(start: IntArray, end: IntArray) -> tuple[IntArray, IntArray, IntArray]
     return s[idx], np.maximum.reduceat(e, idx), idx if order is None else order[idx]
 
 
-def covered(points: IntArray, seg_start: IntArray, seg_end: IntArray) -> npt.NDArray[np.bool_]:
-    """Whether each point lies in one of the disjoint sorted segments ``[start, end)``."""
-    if seg_start.size == 0:
-        return np.zeros(points.size, dtype=bool)
-    idx = np.searchsorted(seg_start, points, side="right") - 1
-    ok = idx >= 0
-    out = np.zeros(points.size, dtype=bool)
-    out[ok] = seg_end[idx[ok]] > points[ok]
-    return out
-
-
 def overlapping(seg_start: IntArray, seg_end: IntArray, gap_start: IntArray,
                 gap_end: IntArray) -> npt.NDArray[np.bool_]:
     """Whether each of the disjoint sorted segments ``[seg_start, seg_end)`` overlaps one of
@@ -118,9 +107,10 @@ def overlapping(seg_start: IntArray, seg_end: IntArray, gap_start: IntArray,
 
 def covered_sorted(points: IntArray, seg_start: IntArray, seg_end: IntArray
                    ) -> npt.NDArray[np.bool_]:
-    """``covered`` for sorted ``points``: the points from each segment's start to before
-    its end found by two sorted searches per segment (fewer than one per point when the
-    segments are fewer than the points)."""
+    """Whether each of the sorted ``points`` lies in one of the disjoint sorted segments
+    ``[start, end)``: the points from each segment's start to before its end found by two
+    sorted searches per segment (fewer than one per point when the segments are fewer
+    than the points)."""
     lo = np.searchsorted(points, seg_start, side="left")
     hi = np.searchsorted(points, seg_end, side="left")
     n = points.size + 1
@@ -155,7 +145,7 @@ class Timeline:
             label[covered_sorted(points, *self.unions[k][:2])] = k
         length = np.zeros(points.size, dtype=np.int64)
         length[:-1] = np.diff(points)
-        self.points, self.label = points.astype(np.int64), label
+        self.points, self.label = points.astype(np.int64, copy=False), label
         self.cum = np.zeros((UNTRACED + 1, points.size), dtype=np.int64)
         for k in range(UNTRACED + 1):
             self.cum[k, 1:] = np.cumsum(np.where(label == k, length, 0)[:-1])
@@ -165,6 +155,15 @@ class Timeline:
              self.cum[k, np.searchsorted(self.points, u[1])])
             for k, u in enumerate(self.unions)]
 
+    def _locate(self, x: IntArray) -> tuple[IntArray, IntArray, npt.NDArray[np.bool_]]:
+        """For each instant: the segment it lies in (0 before ``points[0]``), its offset
+        from that segment's start (negative before ``points[0]``), and whether it lies at
+        or after ``points[0]``. ``points`` must not be empty."""
+        j = np.searchsorted(self.points, x, side="right") - 1
+        inside = j >= 0
+        jj = np.where(inside, j, 0)
+        return jj, x - self.points[jj], inside
+
     def before(self, x: IntArray) -> IntArray:
         """Time of every class before each instant ``x``, from ``points[0]`` (ns; shape
         ``(UNTRACED + 1, len(x))``): only differences of two instants mean anything
@@ -173,10 +172,7 @@ class Timeline:
         if self.points.size == 0:
             out[UNTRACED] = x
             return out
-        j = np.searchsorted(self.points, x, side="right") - 1
-        inside = j >= 0
-        jj = np.where(inside, j, 0)
-        tail = x - self.points[jj]
+        jj, tail, inside = self._locate(x)
         out[:] = self.cum[:, jj]
         out += np.where(self.label[jj] == np.arange(UNTRACED + 1)[:, None], tail, 0)
         out[:, ~inside] = 0
@@ -187,10 +183,7 @@ class Timeline:
         """Row ``k`` of ``before(x)``, computed alone."""
         if self.points.size == 0:
             return x.copy() if k == UNTRACED else np.zeros(x.size, dtype=np.int64)
-        j = np.searchsorted(self.points, x, side="right") - 1
-        inside = j >= 0
-        jj = np.where(inside, j, 0)
-        tail = x - self.points[jj]
+        jj, tail, inside = self._locate(x)
         out: IntArray = self.cum[k, jj] + np.where(self.label[jj] == k, tail, 0)
         out[~inside] = tail[~inside] if k == UNTRACED else 0
         return out
@@ -233,31 +226,31 @@ class Painting:
         self._prefix = np.zeros((UNTRACED + 1, g_start.size + 1), dtype=np.int64)
         np.cumsum(inside, axis=1, out=self._prefix[:, 1:])
 
+    def _open(self, x: IntArray) -> tuple[IntArray, IntArray]:
+        """For each instant: the number of gaps it has ended (``i``), and the positions of
+        the instants inside a gap (gap ``i[pos]``)."""
+        g_start, g_end = self.gaps
+        i = np.searchsorted(g_end, x, side="right")
+        pos = np.flatnonzero(i < g_start.size)
+        return i, pos[g_start[i[pos]] < x[pos]]
+
     def all_at(self, x: IntArray) -> IntArray:
         """Time of every class within the gaps before each instant ``x`` (ns; rows
         0..UNTRACED)."""
-        g_start, g_end = self.gaps
-        i = np.searchsorted(g_end, x, side="right")  # gaps ended by x
+        i, pos = self._open(x)
         out: IntArray = self._prefix[:, i]
-        open_ = np.flatnonzero(i < g_start.size)
-        open_ = open_[g_start[i[open_]] < x[open_]]  # x inside gap i
-        if open_.size:
-            gi = i[open_]
-            out[:, open_] += self.timeline.before(x[open_]) - self._at_start[:, gi]
+        if pos.size:
+            out[:, pos] += self.timeline.before(x[pos]) - self._at_start[:, i[pos]]
         return out
 
     def at(self, x: IntArray, k: int, before: IntArray | None = None) -> IntArray:
         """Time of class ``k`` within the gaps before each instant ``x`` (ns);
         ``before``: the timeline's ``before_class(x, k)`` when already known."""
-        g_start, g_end = self.gaps
-        i = np.searchsorted(g_end, x, side="right")
+        i, pos = self._open(x)
         out: IntArray = self._prefix[k, i]
-        open_ = np.flatnonzero(i < g_start.size)
-        open_ = open_[g_start[i[open_]] < x[open_]]
-        if open_.size:
-            known = (self.timeline.before_class(x[open_], k) if before is None
-                     else before[open_])
-            out[open_] += known - self._at_start[k, i[open_]]
+        if pos.size:
+            known = self.timeline.before_class(x[pos], k) if before is None else before[pos]
+            out[pos] += known - self._at_start[k, i[pos]]
         return out
 
     def union_in_gaps(self, k: int) -> IntArray:
