@@ -14,19 +14,27 @@ SIGHUP (a terminal sends those to the whole process group; the parent decides), 
 SIGTERM from the parent raises ``Interrupted`` inside a running job (its ``finally``
 blocks run) or ends an idle worker at once, and on Linux the kernel sends them SIGKILL
 when the parent dies, even by SIGKILL.
+
+Both also shield a few imports (:data:`SHIELDED_IMPORTS`): DuckDB's extension is built
+with nanobind, whose enum set-up calls ``abort()`` when a Python exception is raised
+inside it, so a signal landing during ``import duckdb`` killed the process with SIGABRT
+(or turned into an ``ImportError``). Those modules are initialised under
+:func:`deferred`; a signal that arrived meanwhile is delivered once the import is done.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.abc
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from importlib.machinery import ModuleSpec
 from multiprocessing import resource_tracker
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import TypeVar
 
 R = TypeVar("R")
@@ -71,6 +79,7 @@ def install() -> None:
     """Make SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted` (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         return
+    shield_imports()
     for sig in HANDLED:
         if signal.getsignal(sig) is not signal.SIG_IGN:  # e.g. nohup: keep ignoring SIGHUP
             signal.signal(sig, _raise)
@@ -95,6 +104,57 @@ def deferred() -> Iterator[None]:
             signal.signal(sig, previous[sig])
         if pending:
             signal.raise_signal(pending[0])
+
+
+# -- imports that must not be interrupted --------------------------------------------------
+
+SHIELDED_IMPORTS = frozenset({"duckdb", "_duckdb"})
+"""Modules initialised with the handled signals held (see the module docstring)."""
+
+
+class _ShieldedLoader(importlib.abc.Loader):
+    """Runs the wrapped loader's ``exec_module`` under :func:`deferred`."""
+
+    def __init__(self, loader: importlib.abc.Loader) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        with deferred():
+            self.loader.exec_module(module)
+
+
+class _ShieldFinder(importlib.abc.MetaPathFinder):
+    """Finds :data:`SHIELDED_IMPORTS` through the other finders and wraps their loader."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None,
+    ) -> ModuleSpec | None:
+        if fullname not in self.names:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec: ModuleSpec | None = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _ShieldedLoader(spec.loader)
+                return spec
+        return None
+
+
+def shield_imports(names: frozenset[str] = SHIELDED_IMPORTS) -> None:
+    """Initialise ``names`` with the handled signals held, from now on (idempotent)."""
+    for finder in sys.meta_path:
+        if isinstance(finder, _ShieldFinder):
+            finder.names = finder.names | names
+            return
+    sys.meta_path.insert(0, _ShieldFinder(names))
 
 
 # -- worker processes ----------------------------------------------------------------------
@@ -131,6 +191,7 @@ def _worker_term(signum: int, frame: FrameType | None) -> None:
 
 def init_worker(parent_pid: int) -> None:
     """Initializer of a pool worker (see the module docstring)."""
+    shield_imports()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _worker_term)
