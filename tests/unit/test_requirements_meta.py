@@ -223,3 +223,20 @@ def test_store_without_part_records_scans(gpu_store: Path, tmp_path: Path,
     for name, req in REQUIREMENTS.items():
         assert req.check(trace) == ORACLE[name](trace)
     assert scans  # nothing decided without part records
+
+
+def test_a_view_scans_a_clause_once(gpu_store: Path, scans: list[tuple[str, str]]) -> None:
+    """The answers are kept per view: asking again (every analysis of a report does)
+    scans nothing more; a narrower view has its own answers."""
+    trace = traceatlas.open(gpu_store)
+    step = trace.select(step=1)  # a step selection: only a scan can tell
+    assert REQUIREMENTS["device"].check(step) == ORACLE["device"](step)
+    first = list(scans)
+    assert first  # the step view needed a scan
+    for _ in range(3):
+        assert REQUIREMENTS["device"].check(step) == ORACLE["device"](step)
+    assert scans == first
+    later = step.select(window="300us:400us")  # nothing of step 1 there
+    assert REQUIREMENTS["device"].check(later) is False
+    assert ORACLE["device"](later) is False
+    assert len(scans) > len(first)  # the new view asked for itself

@@ -53,11 +53,21 @@ class Requirement:
         return bool(set(note.tables) & set(self.tables))
 
 
+_MEMO = "_any_row_memo"
+"""Attribute of a ``Trace`` view holding its answers by clause (see ``any_row``)."""
+
+
 def any_row(trace: Trace, clause: Clause) -> bool:
     """True when ``trace`` (a view) has a row matching ``clause``: from metadata where it
-    decides (``requirements_meta.decide``), else by a scan (``scan_any``)."""
-    known = decide(trace, clause)
-    return scan_any(trace, clause) if known is None else known
+    decides (``requirements_meta.decide``), else by a scan (``scan_any``). The answer is
+    kept on the view (a view reads the parts its manifest, read on opening, names, and
+    its selections never change), so the requirement checks of every analysis a report
+    or the advisor runs on one view decide or scan each clause once."""
+    memo: dict[Clause, bool] = vars(trace).setdefault(_MEMO, {})
+    if clause not in memo:
+        known = decide(trace, clause)
+        memo[clause] = scan_any(trace, clause) if known is None else known
+    return memo[clause]
 
 
 def scan_any(trace: Trace, clause: Clause) -> bool:
