@@ -145,3 +145,35 @@ def test_dask_matches_inline(three_ranks: Path, inline_store: Path, tmp_path: Pa
     _check_content(store)
     _assert_same(inline_store, store)
     assert traceatlas.Trace(store).manifest["producer"]["engine"] == "dask"
+
+
+def _pool_size(_: int) -> tuple[str | None, int]:
+    import os
+
+    import polars
+
+    return os.environ.get("POLARS_MAX_THREADS"), polars.thread_pool_size()
+
+
+@pytest.mark.dask
+@pytest.mark.parametrize("preset", [None, "2"])
+def test_dask_local_workers_size_polars_to_their_threads(
+    monkeypatch: pytest.MonkeyPatch, preset: str | None
+) -> None:
+    """A LocalCluster's worker runs one task at a time, so its Polars pool has one thread
+    (Polars would size it to every core: N workers, N x N threads); a value the user set
+    in the environment is inherited instead."""
+    pytest.importorskip("distributed")
+    from traceatlas.engine.dask import DaskEngine
+
+    if preset is None:
+        monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("POLARS_MAX_THREADS", preset)
+    engine = DaskEngine(n_workers=1)
+    try:
+        got = engine.map(_pool_size, [0, 1])
+    finally:
+        engine.close()
+    want = preset or "1"
+    assert got == [(want, int(want))] * 2

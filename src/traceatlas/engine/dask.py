@@ -3,6 +3,12 @@
 
 Workers must see the same filesystem as the client: they write store parts directly.
 
+A LocalCluster started here runs one thread per worker process, and each worker's Polars
+pool is sized to it (``POLARS_MAX_THREADS=1``, unless the environment sets it): Dask's
+nanny already starts workers with ``OMP_NUM_THREADS=1`` (Arrow's pool, BLAS), but Polars
+sizes its pool to every core of the machine, so N workers on N cores ran N x N Polars
+threads. Workers of an existing cluster keep what their launcher set (docs/cluster.md).
+
 Faults: a task whose worker dies (killed, out of memory) is run again on another worker by
 the scheduler, up to ``distributed.scheduler.allowed-failures`` times (Dask's default 3);
 past that the map raises ``EngineError`` naming the task. A task that raises is run again
@@ -13,6 +19,7 @@ partial list.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -21,6 +28,16 @@ from traceatlas.errors import EngineError
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+THREADS_PER_WORKER = 1
+"""Dask threads of each worker of a LocalCluster started here (one task at a time)."""
+
+
+def worker_environ(threads: int = THREADS_PER_WORKER) -> dict[str, str]:
+    """Environment of a LocalCluster's worker processes: Polars' pool of ``threads``
+    threads, unless ``POLARS_MAX_THREADS`` is set here (then the workers inherit it)."""
+    return {} if "POLARS_MAX_THREADS" in os.environ else {"POLARS_MAX_THREADS": str(threads)}
 
 
 class DaskEngine(Engine):
@@ -46,8 +63,8 @@ class DaskEngine(Engine):
             self._client = Client(scheduler_file=scheduler_file)
         elif address is None:
             self._cluster = LocalCluster(
-                n_workers=n_workers, threads_per_worker=1, processes=True,
-                dashboard_address=":0",
+                n_workers=n_workers, threads_per_worker=THREADS_PER_WORKER,
+                processes=True, dashboard_address=":0", env=worker_environ(),
             )
             self._client = Client(self._cluster)
         else:
