@@ -240,3 +240,17 @@ def test_a_view_scans_a_clause_once(gpu_store: Path, scans: list[tuple[str, str]
     assert REQUIREMENTS["device"].check(later) is False
     assert ORACLE["device"](later) is False
     assert len(scans) > len(first)  # the new view asked for itself
+
+
+def test_a_copy_with_other_selections_does_not_reuse_the_answers(gpu_store: Path) -> None:
+    """Workers make a batch's view by copying the opened store and setting its
+    selections (``partitioned_view.rank_view``): the copy must not answer from the
+    memo of the view it was copied from."""
+    from traceatlas.analysis.partitioned_view import rank_view
+
+    base = traceatlas.open(gpu_store)
+    assert REQUIREMENTS["device"].check(base) is True  # rank 0 has kernels
+    only_cpu = rank_view(base, (), (1,))  # rank 1: CPU ops only
+    assert REQUIREMENTS["device"].check(only_cpu) is False
+    assert ORACLE["device"](only_cpu) is False
+    assert REQUIREMENTS["device"].check(base) is True

@@ -62,8 +62,14 @@ def any_row(trace: Trace, clause: Clause) -> bool:
     decides (``requirements_meta.decide``), else by a scan (``scan_any``). The answer is
     kept on the view (a view reads the parts its manifest, read on opening, names, and
     its selections never change), so the requirement checks of every analysis a report
-    or the advisor runs on one view decide or scan each clause once."""
-    memo: dict[Clause, bool] = vars(trace).setdefault(_MEMO, {})
+    or the advisor runs on one view decide or scan each clause once. The memo holds the
+    very objects it was made for (path, manifest, selections): a copy of the view given
+    other selections (``copy.copy``, as the workers' batch views are made) starts afresh."""
+    owner = (trace.path, trace.manifest, trace.selections)
+    kept = vars(trace).get(_MEMO)
+    if kept is None or any(a is not b for a, b in zip(kept[0], owner, strict=True)):
+        kept = vars(trace)[_MEMO] = (owner, {})
+    memo: dict[Clause, bool] = kept[1]
     if clause not in memo:
         known = decide(trace, clause)
         memo[clause] = scan_any(trace, clause) if known is None else known
