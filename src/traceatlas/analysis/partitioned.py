@@ -52,12 +52,15 @@ in the trace; the client holds the partial results (the size of the final result
 API: ``is_partitioned(analysis, params)``, ``partition_of``,
 ``run_partitioned(analysis, trace, params, engine)``, ``rank_batches``,
 ``trace_batches`` / ``sized_batches`` / ``rank_rows``, ``RankTask`` /
-``run_task`` (the mapped function; its result ``detached_result``), ``batch_view``,
+``run_task`` (the mapped function; its result ``detached_result``), ``run_whole`` (an
+analysis that needs every rank, as one task on an engine whose workers run elsewhere),
+``batch_view``,
 ``concat``, ``concat_counts``, ``summed_notes``, ``batch_ranks``.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import re
 from collections.abc import Mapping, Sequence
@@ -76,6 +79,9 @@ RANK = "rank"
 MESSAGE = "message"
 """``partition`` value: each message read on the one rank whose part stores it."""
 PARTITIONS = (RANK, MESSAGE)
+WHOLE = "whole"
+"""``RankTask.by`` of an analysis run whole on a worker (``run_whole``): the client's
+selections, no batch."""
 DEFAULT_RANKS_PER_TASK = 4
 """Ranks one task reads at most at once: tasks stay coarse, memory stays bounded by 4 ranks."""
 ROWS_PER_TASK = 4_000_000
@@ -109,7 +115,8 @@ class RankTask:
     analysis: str
     params: tuple[tuple[str, Any], ...]
     by: str = RANK
-    """``RANK`` or ``MESSAGE``: how the batch's view selects its rows."""
+    """``RANK`` or ``MESSAGE``: how the batch's view selects its rows; ``WHOLE``: the
+    client's view itself (``ranks`` empty)."""
     step: str = "partial"
     """``partial`` (the map step: ``partial``, else ``run``) or ``prepare``."""
 
@@ -173,6 +180,10 @@ def _trace_view(task: RankTask) -> Trace:
     from traceatlas.store.layout import store_stamp
 
     base = _open(task.store, store_stamp(task.store))  # a path, or a remote store's URL
+    if task.by == WHOLE:
+        view = copy.copy(base)
+        view.selections = task.selections
+        return view
     make = message_view if task.by == MESSAGE else rank_view
     return make(base, task.selections, task.ranks)
 
@@ -194,6 +205,8 @@ def run_task(task: RankTask) -> Result | None:
     from traceatlas.errors import MissingDataError
 
     analysis = get_analysis(task.analysis)
+    if task.by == WHOLE:  # errors are the command's, as when it runs in the client
+        return detached_result(analysis.run(_trace_view(task), dict(task.params)))
     step = getattr(analysis, task.step, None) or analysis.run
     try:
         result: Result = step(_trace_view(task), dict(task.params))
@@ -269,6 +282,24 @@ def merge(analysis: Analysis, partials: Sequence[Result],
         merged: Result = hook(partials, params)
         return merged
     return concat(partials)
+
+
+def run_whole(analysis: Analysis, trace: Trace, params: Mapping[str, Any],
+              engine: Engine) -> Result:
+    """``analysis.run(trace, params)`` as one task on ``engine`` (its worker opens the
+    store and applies ``trace``'s selections): for analyses that need every rank at once,
+    on an engine whose workers run elsewhere (``Engine.runs_elsewhere``). The result is
+    the same; the client holds it, not the analysis' input. A view that is not a plain
+    store view (an in-memory ``Trace`` subclass) runs here."""
+    from traceatlas.model.trace import Trace as StoreView
+
+    if type(trace) is not StoreView:
+        return analysis.run(trace, params)
+    task = RankTask(trace.location, trace.selections, (), analysis.name,
+                    tuple(sorted(params.items())), WHOLE, "run")
+    result = engine.map(run_task, [task])[0]
+    assert result is not None  # a WHOLE task returns its result or raises
+    return result
 
 
 def run_partitioned(analysis: Analysis, trace: Trace, params: Mapping[str, Any],

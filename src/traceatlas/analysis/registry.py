@@ -136,7 +136,8 @@ def run(name: str, trace: Trace, params: Mapping[str, Any] | None = None,
         engine: Engine | None = None) -> Result:
     """Run the analysis ``name`` on ``trace`` with ``params`` (text or typed values).
     With an ``engine``, an analysis declared per rank (``analysis.partitioned``) runs
-    batch by batch of ranks on it (same result, bounded memory); others run whole."""
+    batch by batch of ranks on it (same result, bounded memory); others run whole: as
+    one task on a worker when the engine's workers run elsewhere (Dask), else here."""
     analysis = get_analysis(name)
     typed = parse_params(analysis, params or {})
     check_requirements(analysis, trace)
@@ -145,4 +146,6 @@ def run(name: str, trace: Trace, params: Mapping[str, Any] | None = None,
 
         if partitioned.is_partitioned(analysis, typed):
             return partitioned.run_partitioned(analysis, trace, typed, engine)
+        if engine.runs_elsewhere:  # needs every rank: one task on a worker
+            return partitioned.run_whole(analysis, trace, typed, engine)
     return analysis.run(trace, typed)

@@ -17,6 +17,10 @@ class Engine(ABC):
     """Runs ``fn`` on each item; the first failure is raised, the rest are cancelled."""
 
     name: str = "engine"
+    runs_elsewhere: bool = False
+    """True when the engine's workers are other processes or machines that open the store
+    themselves (Dask): analyses that need every rank at once then run there as one task,
+    so the client holds their result, not their input."""
 
     @abstractmethod
     def workers(self, n_items: int) -> int:

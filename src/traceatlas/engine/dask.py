@@ -47,6 +47,7 @@ class DaskEngine(Engine):
     that raised (worker deaths are the scheduler's, see the module docstring)."""
 
     name = "dask"
+    runs_elsewhere = True
 
     def __init__(self, address: str | None = None, n_workers: int | None = None,
                  retries: int = 0, scheduler_file: str | None = None) -> None:
