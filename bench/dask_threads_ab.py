@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_partitioned import load, report  # noqa: E402
+from bench_partitioned import load, report
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ analysis results it needs, computed on first use and cached)."""
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -139,6 +140,24 @@ class Context:
                     self.notes.append(f"skipped: {why}")
                     self._results[key] = None
         return self._results[key]
+
+    def results_together(self, name: str, param_sets: Sequence[Mapping[str, Any]]) -> None:
+        """Compute ``result(name, **p)`` for each of ``param_sets`` not cached yet, in one
+        pass over the rank batches when the analysis shares work between them
+        (``registry.run_together``; the report's ``kernels`` by rank and by name). When
+        the trace lacks the data nothing is cached: each ``result`` call then notes it."""
+        from traceatlas.analysis import registry
+
+        todo = {(name, tuple(sorted(p.items()))): p for p in param_sets}
+        todo = {k: p for k, p in todo.items() if k not in self._results}
+        if len(todo) < 2 or name not in registry.ANALYSES:
+            return
+        try:
+            found = registry.run_together(name, self.trace, list(todo.values()),
+                                          engine=self.engine)
+        except MissingDataError:
+            return
+        self._results.update(zip(todo, found, strict=True))
 
     def has(self, requirement: str) -> bool:
         """Whether the trace meets ``requirements.REQUIREMENTS[requirement]``."""

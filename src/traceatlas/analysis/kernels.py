@@ -97,27 +97,50 @@ class Kernels:
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """Statistics per group, the histogram and the bimodality flag."""
-        keys = list(GROUPINGS[str(params["by"])])
         device, rows = _device_rows(trace, bool(params["memory"]))
-        busy = _busy(device, by_rank="rank" in keys).collect().lazy()  # used twice
-        return _finish(_weighted(with_shapes(trace.intervals, rows), keys), keys, busy,
-                       int(params["top"]))
+        return self._run(device, with_shapes(trace.intervals, rows), params)
 
     def partial(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """A batch's share: ``by=rank`` the result; ``by=name`` one row per (name,
         category, shape) with its distinct durations (``dur_ns``: sorted list of int64)
         and their calls (``n``: list of int64), and extra ``busy`` (one row: the batch's
         summed per-rank busy ns)."""
-        if params["by"] == "rank":
-            return self.run(trace, params)
+        return self.partials(trace, [params])[0]
+
+    def partials(self, trace: Trace, params_list: Sequence[Mapping[str, Any]]
+                 ) -> list[Result]:
+        """``partial`` for each of ``params_list`` on one batch, reading the device
+        rows and the launching ops' shapes (their ``args``) once per ``memory`` value
+        (``partitioned.run_partitioned_together``: the report's ``by=rank`` and
+        ``by=name`` in one pass)."""
         import polars as pl
 
-        device, rows = _device_rows(trace, bool(params["memory"]))
-        calls = (_weighted(with_shapes(trace.intervals, rows), list(GROUPINGS["name"]))
-                 .group_by("name", "category", "shape")
-                 .agg(pl.col("dur_ns").sort(), pl.col("n").sort_by("dur_ns")))
-        table, busy = pl.collect_all([calls, _busy(device, by_rank=False)])
-        return Result(table, extra={"busy": busy})
+        shared: dict[bool, tuple[pl.LazyFrame, pl.LazyFrame]] = {}
+        out = []
+        for params in params_list:
+            memory = bool(params["memory"])
+            if memory not in shared:
+                device_rows, rows = _device_rows(trace, memory)
+                shared[memory] = (device_rows.collect().lazy(),
+                                  with_shapes(trace.intervals, rows).collect().lazy())
+            device, shaped = shared[memory]
+            if params["by"] == "rank":
+                out.append(self._run(device, shaped, params))
+                continue
+            calls = (_weighted(shaped, list(GROUPINGS["name"]))
+                     .group_by("name", "category", "shape")
+                     .agg(pl.col("dur_ns").sort(), pl.col("n").sort_by("dur_ns")))
+            table, busy = pl.collect_all([calls, _busy(device, by_rank=False)])
+            out.append(Result(table, extra={"busy": busy}))
+        return out
+
+    @staticmethod
+    def _run(device: pl.LazyFrame, shaped: pl.LazyFrame, params: Mapping[str, Any]
+             ) -> Result:
+        """``run`` on the device rows and the listed rows with their ``shape``."""
+        keys = list(GROUPINGS[str(params["by"])])
+        busy = _busy(device, by_rank="rank" in keys).collect().lazy()  # used twice
+        return _finish(_weighted(shaped, keys), keys, busy, int(params["top"]))
 
     def merge(self, partials: Sequence[Result], params: Mapping[str, Any]) -> Result:
         """``by=rank``: ``concat``; ``by=name``: the calls of every batch added per

@@ -21,6 +21,10 @@ on a LocalCluster or a scheduler). An analysis opts in with a class attribute:
     The same declaration when it depends on a parameter (per rank for one value, whole
     for another): overrides ``partition``.
 
+``partials(trace, [params, ...]) -> [Result, ...]`` (optional)
+    ``partial`` for several parameter sets on one batch, sharing what they read
+    (``run_partitioned_together``).
+
 ``partial(trace, params) -> Result`` (optional)
     The map step when it is not ``run`` itself: what one batch sends back for the merge
     (``profile by=name`` sends its per-rank sums, ``message_histogram`` its sizes with
@@ -52,7 +56,9 @@ in the trace; the client holds the partial results (the size of the final result
 API: ``is_partitioned(analysis, params)``, ``partition_of``,
 ``run_partitioned(analysis, trace, params, engine)``, ``rank_batches``,
 ``trace_batches`` / ``sized_batches`` / ``rank_rows``, ``RankTask`` /
-``run_task`` (the mapped function; its result ``detached_result``), ``run_whole`` (an
+``run_task`` (the mapped function; its result ``detached_result``),
+``run_partitioned_together`` / ``run_task_together`` (several parameter sets of one
+analysis in one map, for analyses with a ``partials`` hook), ``run_whole`` (an
 analysis that needs every rank, as one task on an engine whose workers run elsewhere),
 ``batch_view``,
 ``concat``, ``concat_counts``, ``summed_notes``, ``batch_ranks``.
@@ -119,6 +125,8 @@ class RankTask:
     client's view itself (``ranks`` empty)."""
     step: str = "partial"
     """``partial`` (the map step: ``partial``, else ``run``) or ``prepare``."""
+    also: tuple[tuple[tuple[str, Any], ...], ...] = ()
+    """More parameter sets run in the same task (``run_task_together``)."""
 
 
 def rank_batches(ranks: Sequence[int], ranks_per_task: int) -> list[tuple[int, ...]]:
@@ -213,6 +221,22 @@ def run_task(task: RankTask) -> Result | None:
     except MissingDataError:
         return None
     return detached_result(result)
+
+
+def run_task_together(task: RankTask) -> list[Result | None]:
+    """The mapped function of ``run_partitioned_together``: the analysis' ``partials`` on
+    the batch for ``task.params`` and each of ``task.also`` (one list entry each; None
+    when the batch has none of the data)."""
+    from traceatlas.analysis.registry import get_analysis
+    from traceatlas.errors import MissingDataError
+
+    analysis = get_analysis(task.analysis)
+    try:
+        results: list[Result] = analysis.partials(  # type: ignore[attr-defined]
+            _trace_view(task), [dict(task.params), *(dict(p) for p in task.also)])
+    except MissingDataError:
+        return [None] * (1 + len(task.also))
+    return [detached_result(r) for r in results]
 
 
 def detached_result(result: Result) -> Result:
@@ -331,3 +355,35 @@ def run_partitioned(analysis: Analysis, trace: Trace, params: Mapping[str, Any],
     if not partials:  # no batch has the data: the whole run raises the missing-data error
         return analysis.run(trace, params)
     return merge(analysis, partials, params)
+
+
+def can_run_together(analysis: Analysis, param_sets: Sequence[Mapping[str, Any]]) -> bool:
+    """True when ``analysis`` has a ``partials`` hook, no first pass, and every one of the
+    (typed) ``param_sets`` runs per rank."""
+    return (hasattr(analysis, "partials") and not hasattr(analysis, "prepare")
+            and all(partition_of(analysis, p) == RANK for p in param_sets))
+
+
+def run_partitioned_together(analysis: Analysis, trace: Trace,
+                             param_sets: Sequence[Mapping[str, Any]], engine: Engine, *,
+                             ranks_per_task: int = DEFAULT_RANKS_PER_TASK) -> list[Result]:
+    """``[run_partitioned(analysis, trace, p, engine) for p in param_sets]`` in one map:
+    each batch runs the analysis' ``partials`` for every set, so what the sets share
+    (``kernels``: the device rows and the ops' shapes) is read once per batch; each set's
+    partials are then merged as ``run_partitioned`` merges them (same results)."""
+    if not can_run_together(analysis, param_sets):
+        raise ValueError(f"{analysis.name} cannot run several parameter sets together")
+    ranks = trace.ranks
+    if len(ranks) <= 1:
+        return [analysis.run(trace, p) for p in param_sets]
+    items = [tuple(sorted(p.items())) for p in param_sets]
+    tasks = [RankTask(trace.location, trace.selections, batch, analysis.name, items[0], RANK,
+                      "partial", tuple(items[1:]))
+             for batch in trace_batches(trace, ranks, ranks_per_task)]
+    answers = engine.map(run_task_together, tasks)
+    out = []
+    for i, params in enumerate(param_sets):
+        partials = [p for p in (a[i] for a in answers) if p is not None]
+        out.append(merge(analysis, partials, params) if partials
+                   else analysis.run(trace, params))  # no batch has the data: its error
+    return out

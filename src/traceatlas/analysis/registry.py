@@ -132,6 +132,23 @@ def require(name: str, requirements: Sequence[str], trace: Trace) -> None:
     )
 
 
+def run_together(name: str, trace: Trace, param_sets: Sequence[Mapping[str, Any]],
+                 engine: Engine | None = None) -> list[Result]:
+    """``[run(name, trace, p, engine) for p in param_sets]``; on an engine, in one map
+    over the rank batches when the analysis shares work between the sets
+    (``partitioned.run_partitioned_together``). Requirements are checked once (one
+    analysis)."""
+    analysis = get_analysis(name)
+    typed = [parse_params(analysis, p) for p in param_sets]
+    check_requirements(analysis, trace)
+    if engine is not None:
+        from traceatlas.analysis import partitioned
+
+        if len(typed) > 1 and partitioned.can_run_together(analysis, typed):
+            return partitioned.run_partitioned_together(analysis, trace, typed, engine)
+    return [run(name, trace, p, engine) for p in typed]
+
+
 def run(name: str, trace: Trace, params: Mapping[str, Any] | None = None,
         engine: Engine | None = None) -> Result:
     """Run the analysis ``name`` on ``trace`` with ``params`` (text or typed values).

@@ -9,6 +9,7 @@ efficiencies are fractions in [0, 1].
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -199,6 +200,10 @@ def build_run(name: str, results: Results, *, top_findings: int = TOP_FINDINGS,
     lo, hi = results.context.window  # = overview.span, one scan shared with the advisor
     run = RunReport(name, str(trace.path), trace.source_format, list(trace.ranks), lo, hi - lo)
     act = overview.activity(trace)
+    # the advisor's kernels (by rank) and the report's (by name) in one pass over the
+    # batches; an error here is raised again, in its section, when that section asks
+    with contextlib.suppress(Exception):
+        results.context.results_together("kernels", [{}, {"by": "name", "top": top_kernels}])
     sections: dict[str, Callable[[], None]] = {
         "efficiency": lambda: _efficiency(run, results),
         "findings": lambda: _findings(run, results, top_findings),
