@@ -40,15 +40,17 @@ def whole(dlrm: tuple[str, traceatlas.Trace]) -> dict[str, Any]:
 
 
 def _spied(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Names of the analyses that went through ``run_partitioned``."""
+    """Names of the analyses that ran in rank batches: through ``run_partitioned``, or
+    ``run_partitioned_together`` (several parameter sets in one map: the kernels)."""
     seen: list[str] = []
-    real = partitioned.run_partitioned
+    for entry in ("run_partitioned", "run_partitioned_together"):
+        real = getattr(partitioned, entry)
 
-    def spy(analysis: Any, *args: Any, **kwargs: Any) -> Any:
-        seen.append(analysis.name)
-        return real(analysis, *args, **kwargs)
+        def spy(analysis: Any, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            seen.append(analysis.name)
+            return _real(analysis, *args, **kwargs)
 
-    monkeypatch.setattr(partitioned, "run_partitioned", spy)
+        monkeypatch.setattr(partitioned, entry, spy)
     return seen
 
 
