@@ -15,11 +15,11 @@ SIGTERM from the parent raises ``Interrupted`` inside a running job (its ``final
 blocks run) or ends an idle worker at once, and on Linux the kernel sends them SIGKILL
 when the parent dies, even by SIGKILL.
 
-Both also shield a few imports (:data:`SHIELDED_IMPORTS`): DuckDB's extension is built
+Both also shield DuckDB's import (:data:`SHIELDED_IMPORTS`): its extension is built
 with nanobind, whose enum set-up calls ``abort()`` when a Python exception is raised
 inside it, so a signal landing during ``import duckdb`` killed the process with SIGABRT
-(or turned into an ``ImportError``). Those modules are initialised under
-:func:`deferred`; a signal that arrived meanwhile is delivered once the import is done.
+(or turned into an ``ImportError``). The package is initialised under :func:`deferred`;
+a signal that arrived meanwhile is delivered once its code is done.
 """
 
 from __future__ import annotations
@@ -108,8 +108,15 @@ def deferred() -> Iterator[None]:
 
 # -- imports that must not be interrupted --------------------------------------------------
 
-SHIELDED_IMPORTS = frozenset({"duckdb", "_duckdb"})
-"""Modules initialised with the handled signals held (see the module docstring)."""
+SHIELDED_IMPORTS = frozenset({"duckdb"})
+"""Modules initialised with the handled signals held (see the module docstring). The
+package only: its code imports the extension ``_duckdb``, whose set-up therefore runs
+inside the held block, and a held signal is delivered when the package's own code ends.
+The package is then dropped from ``sys.modules`` (an import that raised) and a later
+import runs its Python again, while ``_duckdb`` stays loaded. The extension itself is
+not listed: its set-up runs in its loader's ``create_module``, and a signal delivered at
+the end of that would drop an initialised extension, which nanobind refuses to set up
+twice (the same abort)."""
 
 
 class _ShieldedLoader(importlib.abc.Loader):
@@ -129,13 +136,10 @@ class _ShieldedLoader(importlib.abc.Loader):
 class _ShieldFinder(importlib.abc.MetaPathFinder):
     """Finds :data:`SHIELDED_IMPORTS` through the other finders and wraps their loader."""
 
-    def __init__(self, names: frozenset[str]) -> None:
-        self.names = names
-
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None,
     ) -> ModuleSpec | None:
-        if fullname not in self.names:
+        if fullname not in SHIELDED_IMPORTS:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -148,13 +152,11 @@ class _ShieldFinder(importlib.abc.MetaPathFinder):
         return None
 
 
-def shield_imports(names: frozenset[str] = SHIELDED_IMPORTS) -> None:
-    """Initialise ``names`` with the handled signals held, from now on (idempotent)."""
-    for finder in sys.meta_path:
-        if isinstance(finder, _ShieldFinder):
-            finder.names = finder.names | names
-            return
-    sys.meta_path.insert(0, _ShieldFinder(names))
+def shield_imports() -> None:
+    """Initialise :data:`SHIELDED_IMPORTS` with the handled signals held, from now on
+    (idempotent)."""
+    if not any(isinstance(finder, _ShieldFinder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _ShieldFinder())
 
 
 # -- worker processes ----------------------------------------------------------------------
