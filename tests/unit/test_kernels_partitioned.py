@@ -12,7 +12,6 @@ from typing import Any
 
 import polars as pl
 import pytest
-from polars.testing import assert_frame_equal
 
 import traceatlas
 from traceatlas.analysis import registry
@@ -20,6 +19,7 @@ from traceatlas.analysis.base import Result
 from traceatlas.analysis.partitioned import is_partitioned, run_partitioned
 from traceatlas.engine import LocalEngine
 from traceatlas.testing import TraceBuilder, write_multi_rank
+from traceatlas.testing.results import assert_same_result
 
 BASE = 1_700_000_000_000_000_000
 ENGINES = [(1, 1), (1, 2), (2, 1), (2, 2)]
@@ -45,13 +45,6 @@ def _open(tmp_path: Path, calls: dict[int, list[tuple[str, int]]]) -> traceatlas
     return traceatlas.open(traceatlas.ingest(paths, tmp_path / "store"))
 
 
-def _same(got: Result, want: Result) -> None:
-    """Same tables in the same row order, same extras and notes."""
-    assert_frame_equal(got.table, want.table)
-    assert sorted(got.extra) == sorted(want.extra)
-    for key, frame in want.extra.items():
-        assert_frame_equal(got.extra[key], frame)
-    assert got.notes == want.notes
 
 
 def _all_ways(trace: traceatlas.Trace, **given: Any) -> Result:
@@ -61,7 +54,7 @@ def _all_ways(trace: traceatlas.Trace, **given: Any) -> Result:
     assert is_partitioned(analysis, params)
     whole = analysis.run(trace, params)
     for processes, per_task in ENGINES:
-        _same(run_partitioned(analysis, trace, params, LocalEngine(processes),
+        assert_same_result(run_partitioned(analysis, trace, params, LocalEngine(processes),
                               ranks_per_task=per_task), whole)
     return whole
 

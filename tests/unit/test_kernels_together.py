@@ -10,15 +10,14 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from polars.testing import assert_frame_equal
 
 import traceatlas
 from traceatlas.advisor import Context
 from traceatlas.analysis import kernel_shapes, registry
-from traceatlas.analysis.base import Result
 from traceatlas.analysis.partitioned import run_partitioned, run_partitioned_together
 from traceatlas.engine import LocalEngine
 from traceatlas.testing import TraceBuilder, write_multi_rank
+from traceatlas.testing.results import assert_same_result
 
 BASE = 1_700_000_000_000_000_000
 SHAPES = ([[64, 64], [64, 64]], [[256, 256], [256, 256]])
@@ -44,12 +43,6 @@ def three(tmp_path_factory: pytest.TempPathFactory) -> traceatlas.Trace:
     return traceatlas.open(traceatlas.ingest(paths, tmp / "store"))
 
 
-def _same(got: Result, want: Result) -> None:
-    assert_frame_equal(got.table, want.table)
-    assert sorted(got.extra) == sorted(want.extra)
-    for key, frame in want.extra.items():
-        assert_frame_equal(got.extra[key], frame)
-    assert got.notes == want.notes
 
 
 SETS = [{}, {"by": "name", "top": 8}, {"memory": True}, {"by": "name", "memory": True}]
@@ -66,8 +59,8 @@ def test_together_equals_separate_runs(three: traceatlas.Trace, processes: int,
     assert len(together) == len(SETS)
     for params, got in zip(typed, together, strict=True):
         alone = run_partitioned(analysis, three, params, engine, ranks_per_task=per_task)
-        _same(got, alone)
-        _same(got, analysis.run(three, params))  # and the whole run
+        assert_same_result(got, alone)
+        assert_same_result(got, analysis.run(three, params))  # and the whole run
     # the shapes were there: by name, gemm's 18 calls per shape have their two-mode split
     modes = together[1].extra["modes"]
     assert modes.filter(pl.col("name") == "gemm")["shape"].n_unique() == 2
@@ -100,8 +93,8 @@ def test_the_context_caches_each_set_as_result_would(three: traceatlas.Trace) ->
     ctx.results_together("kernels", [{}, {"by": "name", "top": 8}])
     assert ctx.cached("kernels") and ctx.cached("kernels", by="name", top=8)
     plain = Context(three, engine=LocalEngine(1))
-    _same(ctx.result("kernels"), plain.result("kernels"))  # type: ignore[arg-type]
-    _same(ctx.result("kernels", by="name", top=8),  # type: ignore[arg-type]
+    assert_same_result(ctx.result("kernels"), plain.result("kernels"))  # type: ignore[arg-type]
+    assert_same_result(ctx.result("kernels", by="name", top=8),  # type: ignore[arg-type]
           plain.result("kernels", by="name", top=8))  # type: ignore[arg-type]
 
 

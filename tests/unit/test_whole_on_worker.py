@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from polars.testing import assert_frame_equal
 
 import traceatlas
 from traceatlas.analysis import registry
@@ -21,6 +20,7 @@ from traceatlas.engine import LocalEngine
 from traceatlas.errors import InputError
 from traceatlas.ingest import ingest
 from traceatlas.testing.mpi import write_mpi_trace
+from traceatlas.testing.results import assert_same_result
 
 pytestmark = pytest.mark.dask
 
@@ -60,11 +60,7 @@ def test_critical_path_runs_on_the_worker_with_the_same_result(
     monkeypatch.setattr(CriticalPath, "run", _broken)
     there = registry.run("critical_path", view, {}, engine=dask_engine)
     assert here.table.height > 0
-    assert_frame_equal(there.table, here.table)
-    assert there.extra.keys() == here.extra.keys()
-    for name, frame in here.extra.items():
-        assert_frame_equal(there.extra[name], frame)
-    assert there.notes == here.notes
+    assert_same_result(there, here)
     with pytest.raises(AssertionError, match="ran in the client"):  # the control
         registry.run("critical_path", view, {})
 
@@ -89,7 +85,7 @@ def test_the_advisors_step_path_runs_on_the_worker(mpi: traceatlas.Trace, dask_e
     here = Context(mpi, engine=None).on_view(view, "critical_path")
     monkeypatch.setattr(CriticalPath, "run", _broken)
     there = Context(mpi, engine=dask_engine).on_view(view, "critical_path")
-    assert_frame_equal(there.table, here.table)
+    assert_same_result(there, here)
     with pytest.raises(AssertionError, match="ran in the client"):
         Context(mpi, engine=None).on_view(view, "critical_path")
     with pytest.raises(AssertionError, match="ran in the client"):  # the local engine
