@@ -2,17 +2,63 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from traceatlas.model.trace import Trace
 from traceatlas.model.vocab import CATEGORIES
+from traceatlas.store.part_stats import count_rows, table_stats
 
-if TYPE_CHECKING:
-    import polars as pl
+_ROW_TABLES = ("tracks", "intervals", "instants", "counters", "flows", "messages")
+
+
+@dataclass(frozen=True)
+class Tallies:
+    """What a summary counts: intervals per (rank, category), their span (ns, None when
+    there are none), tracks per kind, rows per table."""
+
+    per: dict[tuple[int, str], int]
+    lo: int | None
+    hi: int | None
+    kinds: dict[str, int]
+    rows: dict[str, int]
 
 
 def summarize(trace: Trace) -> dict[str, Any]:
-    """Counts per rank and per canonical category, span of the intervals (ns), tracks."""
+    """Counts per rank and per canonical category, span of the intervals (ns), tracks:
+    from the store's part records when every part carries its stats and no selection
+    applies (no row is read), else by a scan."""
+    tallies = recorded_tallies(trace)
+    return _summary(trace, tallies if tallies is not None else scanned_tallies(trace))
+
+
+def recorded_tallies(trace: Trace) -> Tallies | None:
+    """The tallies from the manifest's part records (``store/part_stats.py``); None when a
+    selection applies or a part of intervals or tracks has no stats."""
+    records = trace.manifest.get("parts")
+    if trace.selections or not isinstance(records, list):
+        return None
+    intervals = table_stats(records, "intervals")
+    tracks = table_stats(records, "tracks")
+    if intervals is None or tracks is None:
+        return None
+    lows = [s["start_ns_min"] for s in intervals if s["start_ns_min"] is not None]
+    highs = [s["end_ns_max"] for s in intervals if s["end_ns_max"] is not None]
+    kinds: dict[str, int] = {}
+    for (_rank, kind), n in count_rows(tracks).items():
+        kinds[kind] = kinds.get(kind, 0) + n
+    rows = dict.fromkeys(_ROW_TABLES, 0)
+    for rec in records:
+        table = str(rec.get("path", "")).split("/", 1)[0]
+        if table in rows:
+            rows[table] += int(rec["rows"])
+    return Tallies(count_rows(intervals), min(lows, default=None), max(highs, default=None),
+                   kinds, rows)
+
+
+def scanned_tallies(trace: Trace) -> Tallies:
+    """The tallies by reading the view's rows."""
     import polars as pl
 
     iv = trace.intervals
@@ -28,29 +74,35 @@ def summarize(trace: Trace) -> dict[str, Any]:
     kinds = (
         trace.tracks.group_by(pl.col("kind").cast(pl.String)).agg(pl.len().alias("n")).collect()
     )
-    by_category = _counts(per)
-    per_rank = []
-    for rank in trace.ranks:
-        sub = per.filter(pl.col("rank") == rank)
-        per_rank.append(
-            {"rank": rank, "intervals": int(sub["n"].sum()), "by_category": _counts(sub)}
-        )
     rows = {
-        name: int(trace.scan(name).select(pl.len()).collect().item())
-        for name in ("tracks", "intervals", "instants", "counters", "flows", "messages")
+        name: int(trace.scan(name).select(pl.len()).collect().item()) for name in _ROW_TABLES
     }
+    return Tallies(
+        {(int(r), str(c)): int(n) for r, c, n in per.iter_rows()},
+        None if lo is None else int(lo), None if hi is None else int(hi),
+        {str(k): int(n) for k, n in kinds.iter_rows()}, rows,
+    )
+
+
+def _summary(trace: Trace, t: Tallies) -> dict[str, Any]:
+    per_rank = [
+        {"rank": rank, "intervals": sum(n for (r, _), n in t.per.items() if r == rank),
+         "by_category": _counts((c, n) for (r, c), n in t.per.items() if r == rank)}
+        for rank in trace.ranks
+    ]
+    lo, hi = t.lo, t.hi
     return {
         "path": trace.location,  # a remote store: its URL
         "source_format": trace.source_format,
         "ranks": trace.ranks,
-        "intervals": rows["intervals"],
-        "by_category": by_category,
+        "intervals": t.rows["intervals"],
+        "by_category": _counts((c, n) for (_, c), n in t.per.items()),
         "per_rank": per_rank,
         "span_ns": int(hi - lo) if lo is not None and hi is not None else 0,
         "start_ns": int(lo) if lo is not None else None,
         "end_ns": int(hi) if hi is not None else None,
-        "rows": rows,
-        "tracks_by_kind": dict(sorted(zip(kinds["kind"], map(int, kinds["n"]), strict=True))),
+        "rows": t.rows,
+        "tracks_by_kind": dict(sorted(t.kinds.items())),
         "clock_alignment": trace.manifest.get("clock_alignment"),
         "clock": sorted(
             (_clock_row(int(r), c) for r, c in trace.manifest.get("clock", {}).items()),
@@ -73,9 +125,9 @@ def _clock_row(rank: int, clock: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _counts(frame: pl.DataFrame) -> dict[str, int]:
-    import polars as pl
-
-    sums = frame.group_by("category").agg(pl.col("n").sum())
-    found = dict(zip(sums["category"], map(int, sums["n"]), strict=True))
+def _counts(pairs: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """Rows per canonical category (CATEGORIES order) summed over ``pairs``."""
+    found: dict[str, int] = {}
+    for category, n in pairs:
+        found[category] = found.get(category, 0) + n
     return {c: found[c] for c in CATEGORIES if c in found}

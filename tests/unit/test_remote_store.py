@@ -192,6 +192,19 @@ def test_cli_on_s3_gives_the_local_tables(s3: dict[str, str], local_store: Path,
     assert not any(p.is_relative_to(local_store) for p in cache.rglob("*"))
 
 
+def test_info_fetches_no_part(s3: dict[str, str], local_store: Path, cache: Path,
+                              downloads: list[str]) -> None:
+    """The summary comes from the manifest's part records (``store/part_stats.py``):
+    ``info`` on a URL downloads no part, and says what it says on the local store."""
+    there = traceatlas.summarize(traceatlas.open(URL))
+    assert downloads == []
+    here = traceatlas.summarize(traceatlas.open(local_store))
+    assert there.pop("path") == URL and here.pop("path") == str(local_store)
+    assert there == here
+    # each of the 3 ranks launched one gemm and one NCCL kernel
+    assert there["by_category"]["kernel"] == there["by_category"]["comm_kernel"] == 3
+
+
 def test_rank_task_fetches_only_its_ranks(s3: dict[str, str], local_store: Path,
                                           cache: Path, downloads: list[str]) -> None:
     analysis = registry.get_analysis("breakdown")

@@ -254,3 +254,33 @@ def test_a_copy_with_other_selections_does_not_reuse_the_answers(gpu_store: Path
     assert REQUIREMENTS["device"].check(only_cpu) is False
     assert ORACLE["device"](only_cpu) is False
     assert REQUIREMENTS["device"].check(base) is True
+
+
+def _without_stats(trace: traceatlas.Trace) -> traceatlas.Trace:
+    trace.manifest = {**trace.manifest, "parts": [
+        {k: v for k, v in rec.items() if k != "stats"} for rec in trace.manifest["parts"]]}
+    return trace
+
+
+def test_part_stats_decide_what_the_footers_leave_open(
+        gpu_store: Path, scans: list[tuple[str, str]]) -> None:
+    """The parts' category counts (``store/part_stats.py``) answer the category clauses
+    the footers leave open (a category strictly inside a row group's [min, max]): the
+    same answers as the oracle with and without them, and fewer scans with them."""
+    counts = []
+    for strip in (False, True):
+        base = traceatlas.open(gpu_store)
+        base = _without_stats(base) if strip else base
+        before = len(scans)
+        for what, view in views(base):
+            for name, req in REQUIREMENTS.items():
+                assert req.check(view) == ORACLE[name](view), f"{strip} {what} {name}"
+        counts.append(len(scans) - before)
+    with_stats, without = counts
+    assert with_stats < without
+    # the whole store: kernels, steps and NCCL kernels are inside the row groups' ranges
+    whole = traceatlas.open(gpu_store)
+    before = len(scans)
+    for name in ("device", "steps", "comm"):
+        assert REQUIREMENTS[name].check(whole) is ORACLE[name](whole) is True
+    assert len(scans) == before

@@ -13,7 +13,12 @@ set? Decided, in this order:
    intervals category selection leaves none of the wanted categories.
 2. True when the table has rows, the clause names no column, and no selection filters
    the table's rows beyond its ranks (``row_filter``).
-3. From the footers of the parts with rows (local file; a remote store's footer by a
+3. From the parts' stats (rows per rank and category, or kind; ``store/part_stats.py``)
+   when the clause constrains that column only: False when no selected part has a row
+   with a wanted value (exact under any selection: the selected rows are a subset);
+   True when one has and no selection filters rows beyond ranks and categories and the
+   clause has no ``not_null`` column.
+4. From the footers of the parts with rows (local file; a remote store's footer by a
    ranged read, the part itself is not fetched; see ``footer``), per row group: *absent*
    when a wanted value cannot occur (every wanted value outside [min, max], or the
    column all null); *present* when one condition holds for some row (a wanted value is
@@ -22,13 +27,14 @@ set? Decided, in this order:
    False when every row group is absent (exact under any selection: the selected rows
    are a subset); True when a row group is present and no selection filters rows beyond
    ranks and categories.
-4. Otherwise None: the caller scans. That is the case for a selection by step, window,
+5. Otherwise None: the caller scans. That is the case for a selection by step, window,
    name or minimum duration when the wanted rows may exist (only a scan of the selected
    rows can tell), for ``messages`` under any selection, for a store without part
-   records (written before they existed), and when the statistics leave a row group
-   open (a wanted category strictly between the group's min and max: row groups of a
-   time-sorted part mix categories, so e.g. ``kernel`` among ``annotation`` ..
-   ``sync``).
+   records (written before they existed), and, when a part has no stats (written
+   before they existed) or the clause names more columns, when the footer statistics
+   leave a row group open (a wanted category strictly between the group's min and max:
+   row groups of a time-sorted part mix categories, so e.g. ``kernel`` among
+   ``annotation`` .. ``sync``).
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from traceatlas.store.part_stats import COUNTED, rows_with
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
@@ -76,6 +84,11 @@ def decide(trace: Trace, clause: Clause) -> bool | None:
     filtered = row_filter(trace, clause.table)
     if not values and not clause.not_null:
         return None if filtered else True
+    counted = _counted(parts, clause.table, values)
+    if counted == 0:
+        return False
+    if counted is not None and not filtered and not clause.not_null:
+        return True
     found = False
     for rec in (p for p in parts if int(p["rows"])):
         meta = footer(trace, rec)
@@ -87,6 +100,17 @@ def decide(trace: Trace, clause: Clause) -> bool | None:
                 return True
             found = found or state is not False
     return None if found else False
+
+
+def _counted(parts: list[dict[str, Any]], table: str,
+             values: Mapping[str, Sequence[str]]) -> int | None:
+    """Rows of ``parts`` with the wanted values of the table's counted column (the parts'
+    stats, ``store/part_stats.py``) when the clause constrains that column only; else
+    None."""
+    column = COUNTED.get(table)
+    if column is None or set(values) != {column}:
+        return None
+    return rows_with(parts, table, values[column])
 
 
 def row_filter(trace: Trace, table: str) -> bool:
@@ -137,7 +161,7 @@ def _parts(trace: Trace, table: str) -> list[dict[str, Any]] | None:
 def _group(group: pq.RowGroupMetaData, values: Mapping[str, Sequence[str]],
            not_null: Sequence[str]) -> bool | None:
     """One row group: False when no row can match, True when one surely does, else
-    None (module docstring, step 3)."""
+    None (module docstring, step 4)."""
     rows = int(group.num_rows)
     if rows == 0:
         return False

@@ -2,7 +2,9 @@
 
 At the end of a write (ingest after clock alignment, filter), :func:`record_parts` lists
 every file under the store but the manifest: relative path (POSIX), ``rows`` (Parquet
-footer), ``bytes``, ``mtime_ns`` and ``blake2b`` (16-byte BLAKE2b of the file's bytes, hex).
+footer), ``bytes``, ``mtime_ns``, ``blake2b`` (16-byte BLAKE2b of the file's bytes, hex) and,
+for intervals and tracks, ``stats`` (rows per rank and category or kind, span; see
+``store/part_stats.py``).
 
 Opening a store runs :func:`find_damage`, the cheap checks: every recorded part is present
 with its recorded size; a part whose mtime changed also has its footer read (row count and
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from traceatlas.errors import StoreDamagedError, StoreError
 from traceatlas.model.vocab import TABLE_NAMES
 from traceatlas.store.layout import MANIFEST
+from traceatlas.store.part_stats import STATS_KEY, part_stats
 
 if TYPE_CHECKING:  # imported where footers are read: opening an unchanged store skips it
     import pyarrow.parquet as pq
@@ -69,8 +72,12 @@ def _record(store: Path, rel: str) -> dict[str, Any]:
         raise StoreError(f"{path}: written with a schema other than the canonical {table} "
                          "schema (a traceatlas bug)")
     st = path.stat()
-    return {"path": rel, "rows": int(meta.num_rows), "bytes": st.st_size,
-            "mtime_ns": st.st_mtime_ns, "blake2b": file_hash(path)}
+    record = {"path": rel, "rows": int(meta.num_rows), "bytes": st.st_size,
+              "mtime_ns": st.st_mtime_ns, "blake2b": file_hash(path)}
+    stats = part_stats(path, table)
+    if stats is not None:
+        record[STATS_KEY] = stats
+    return record
 
 
 def file_hash(path: Path) -> str:
