@@ -46,15 +46,15 @@ def recorded_tallies(trace: Trace) -> Tallies | None:
     lows = [s["start_ns_min"] for s in intervals if s["start_ns_min"] is not None]
     highs = [s["end_ns_max"] for s in intervals if s["end_ns_max"] is not None]
     kinds: dict[str, int] = {}
-    for (_rank, kind), n in count_rows(tracks).items():
+    for (_rank, kind), n in count_rows(tracks, "tracks", "kind").items():
         kinds[kind] = kinds.get(kind, 0) + n
     rows = dict.fromkeys(_ROW_TABLES, 0)
     for rec in records:
         table = str(rec.get("path", "")).split("/", 1)[0]
         if table in rows:
             rows[table] += int(rec["rows"])
-    return Tallies(count_rows(intervals), min(lows, default=None), max(highs, default=None),
-                   kinds, rows)
+    per = count_rows(intervals, "intervals", "category")
+    return Tallies(per, min(lows, default=None), max(highs, default=None), kinds, rows)
 
 
 def scanned_tallies(trace: Trace) -> Tallies:

@@ -278,9 +278,13 @@ def test_part_stats_decide_what_the_footers_leave_open(
         counts.append(len(scans) - before)
     with_stats, without = counts
     assert with_stats < without
-    # the whole store: kernels, steps and NCCL kernels are inside the row groups' ranges
+    # the whole store and one rank, a category selection: every requirement is decided
+    # from the stats (kernels, steps, NCCL kernels inside the row groups' ranges;
+    # kernels and launches with a correlation; source categories)
     whole = traceatlas.open(gpu_store)
     before = len(scans)
-    for name in ("device", "steps", "comm"):
-        assert REQUIREMENTS[name].check(whole) is ORACLE[name](whole) is True
-    assert len(scans) == before
+    for view in (whole, whole.select(ranks=[0]), whole.select(categories="kernel,runtime")):
+        for name, req in REQUIREMENTS.items():
+            assert req.check(view) == ORACLE[name](view)
+    assert len(scans) == before, scans[before:]
+    assert REQUIREMENTS["correlation"].check(whole) is REQUIREMENTS["comm"].check(whole) is True

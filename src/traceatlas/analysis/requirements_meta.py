@@ -13,11 +13,11 @@ set? Decided, in this order:
    intervals category selection leaves none of the wanted categories.
 2. True when the table has rows, the clause names no column, and no selection filters
    the table's rows beyond its ranks (``row_filter``).
-3. From the parts' stats (rows per rank and category, or kind; ``store/part_stats.py``)
-   when the clause constrains that column only: False when no selected part has a row
-   with a wanted value (exact under any selection: the selected rows are a subset);
-   True when one has and no selection filters rows beyond ranks and categories and the
-   clause has no ``not_null`` column.
+3. From the parts' stats (rows per rank, category and source category, and of those
+   the rows with a correlation; tracks: per kind; ``store/part_stats.py``) when the
+   clause names only counted columns: False when no selected part has a matching row
+   (exact under any selection: the selected rows are a subset); True when one has and
+   no selection filters rows beyond ranks and categories.
 4. From the footers of the parts with rows (local file; a remote store's footer by a
    ranged read, the part itself is not fetched; see ``footer``), per row group: *absent*
    when a wanted value cannot occur (every wanted value outside [min, max], or the
@@ -31,7 +31,7 @@ set? Decided, in this order:
    name or minimum duration when the wanted rows may exist (only a scan of the selected
    rows can tell), for ``messages`` under any selection, for a store without part
    records (written before they existed), and, when a part has no stats (written
-   before they existed) or the clause names more columns, when the footer statistics
+   before they existed) or the clause names other columns, when the footer statistics
    leave a row group open (a wanted category strictly between the group's min and max:
    row groups of a time-sorted part mix categories, so e.g. ``kernel`` among
    ``annotation`` .. ``sync``).
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from traceatlas.store.part_stats import COUNTED, rows_with
+from traceatlas.store.part_stats import rows_with
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
@@ -84,10 +84,10 @@ def decide(trace: Trace, clause: Clause) -> bool | None:
     filtered = row_filter(trace, clause.table)
     if not values and not clause.not_null:
         return None if filtered else True
-    counted = _counted(parts, clause.table, values)
+    counted = rows_with(parts, clause.table, values, clause.not_null)
     if counted == 0:
         return False
-    if counted is not None and not filtered and not clause.not_null:
+    if counted is not None and not filtered:
         return True
     found = False
     for rec in (p for p in parts if int(p["rows"])):
@@ -100,17 +100,6 @@ def decide(trace: Trace, clause: Clause) -> bool | None:
                 return True
             found = found or state is not False
     return None if found else False
-
-
-def _counted(parts: list[dict[str, Any]], table: str,
-             values: Mapping[str, Sequence[str]]) -> int | None:
-    """Rows of ``parts`` with the wanted values of the table's counted column (the parts'
-    stats, ``store/part_stats.py``) when the clause constrains that column only; else
-    None."""
-    column = COUNTED.get(table)
-    if column is None or set(values) != {column}:
-        return None
-    return rows_with(parts, table, values[column])
 
 
 def row_filter(trace: Trace, table: str) -> bool:
