@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from traceatlas.batch_memory import keep_freed_memory
 from traceatlas.cli import output
 from traceatlas.cli.options import (
     EngineOpt,
@@ -52,7 +51,6 @@ def analyze_command(
     wide: WideOpt = False,
 ) -> None:
     """Run one analysis; `--format json` prints the main table as a JSON array of rows."""
-    keep_freed_memory()
     from traceatlas import analysis
     from traceatlas.engine import LocalEngine
     from traceatlas.ops.select import parse_rank_spans, parse_window

@@ -17,7 +17,6 @@ from rich.table import Table
 from rich.text import Text
 
 import traceatlas
-from traceatlas.batch_memory import keep_freed_memory
 from traceatlas.cli import output
 from traceatlas.cli.options import EngineOpt, _guard, app, writing
 from traceatlas.cli.outputs import refuse_inputs
@@ -87,7 +86,6 @@ def diff_command(
     """Compare two runs by step, annotation, op, kernel, category and rank (Mann-Whitney
     over iterations and ranks, Holm-corrected), list added/removed entities and put the
     efficiency model side by side; gate CI with --fail-on."""
-    keep_freed_memory()
     # Imported here: the compare modules (numpy statistics, polars summaries) are only
     # needed by this command.
     from traceatlas.compare import diff_format

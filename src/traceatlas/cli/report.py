@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 import traceatlas
-from traceatlas.batch_memory import keep_freed_memory
 from traceatlas.cli import output
 from traceatlas.cli.options import EngineOpt, _check_format, _guard, app, writing
 from traceatlas.cli.outputs import refuse_inputs
@@ -51,7 +50,6 @@ def _baseline_summary(path: Path, engine: str | Engine) -> dict[str, Any]:
 
 def _report(paths: list[Path], out: Path | None, fmt: str, engine: str,
             baseline: Path | None = None) -> None:
-    keep_freed_memory()
     from traceatlas.report import data as report_data  # here: the CLI starts without them
     from traceatlas.report import html, terminal
 

@@ -12,7 +12,6 @@ from typing import Annotated
 import typer
 
 import traceatlas
-from traceatlas.batch_memory import keep_freed_memory
 from traceatlas.cli import output
 from traceatlas.cli.options import EngineOpt, _guard, app, writing
 from traceatlas.cli.outputs import refuse_inputs
@@ -32,7 +31,6 @@ def summary_command(
 ) -> None:
     """Write the compact baseline summary of a run (per step, annotation, op, kernel and
     category times per iteration and rank; efficiency model) for `traceatlas diff` and CI."""
-    keep_freed_memory()
     from traceatlas.cli.analyze import analysis_engine
     from traceatlas.engine import LocalEngine
 

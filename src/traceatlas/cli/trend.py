@@ -16,7 +16,6 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from traceatlas.batch_memory import keep_freed_memory
 from traceatlas.cli import output
 from traceatlas.cli.options import _guard, app, writing
 from traceatlas.cli.outputs import refuse_inputs
@@ -50,7 +49,6 @@ def trend_command(
 ) -> None:
     """Key figures over runs (step time, top kernels/ops/annotations, efficiency model),
     each with its change vs the previous run; flags the change points."""
-    keep_freed_memory()
     # Imported here: scipy (the statistics) is paid only by the commands that test.
     from traceatlas.compare import trend as trend_mod
     from traceatlas.compare import trend_format

@@ -24,9 +24,7 @@ def reusing_memory() -> Iterator[None]:
     """Huge-page advice off and glibc's freed memory retained for the block; both set
     back after (see ``huge_pages`` and ``malloc_retain`` for the measured costs)."""
     previous = huge_pages(False)
-    # glibc settings chosen for the whole process (by the user, or by the command:
-    # traceatlas.batch_memory) stay as they are
-    retained = "MALLOC_TRIM_THRESHOLD_" not in os.environ and malloc_retain(True)
+    retained = malloc_retain(True)
     try:
         yield
     finally:
@@ -54,7 +52,7 @@ _AFTER_MMAP_B, _AFTER_TRIM_B = 32 << 20, 64 << 20  # glibc's dynamic thresholds 
 
 
 @functools.cache
-def glibc() -> Any:
+def _libc() -> Any:
     """glibc through ctypes (soname ``libc.so.6``), or None (another C library)."""
     try:
         glibc = sys.platform.startswith("linux") and os.confstr(
@@ -79,7 +77,7 @@ def malloc_retain(on: bool) -> bool:
     dynamic ones reach (mmap 32 MiB, trim 64 MiB) and the free memory is returned to
     the system (``malloc_trim``). Process-wide: reads in other threads at the same time
     only lose (or share) the reuse; results never depend on it."""
-    libc = glibc()
+    libc = _libc()
     if libc is None:
         return False
     mmap_b, trim_b = (_RETAIN_MMAP_B, _RETAIN_TRIM_B) if on else (_AFTER_MMAP_B,
