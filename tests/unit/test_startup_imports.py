@@ -93,14 +93,31 @@ def test_filter_help_lists_every_category(tmp_path: Path) -> None:
         assert category in text
 
 
-def test_info_on_a_store_loads_polars_only(tmp_path: Path) -> None:
-    """``info STORE``: the manifest and footers checks plus Polars row counts; Arrow,
-    NumPy and DuckDB stay unloaded (a store whose tables all have parts)."""
+def test_info_on_a_store_loads_no_heavy_module(tmp_path: Path) -> None:
+    """``info STORE``: the counts come from the manifest's part stats
+    (``store/part_stats.py``); Polars, Arrow, NumPy and DuckDB stay unloaded."""
     store = traceatlas.ingest(SAMPLE, tmp_path / "s.tastore")
     mods, proc = _loaded(_RUN_CLI, tmp_path, "info", str(store), "--format", "json")
     assert proc.stdout.strip(), proc
     summary = json.loads(proc.stdout)
     assert summary["ranks"] == [0, 1]
+    assert summary["intervals"] == traceatlas.Trace(store).intervals.collect().height
+    assert "traceatlas" in mods and "typer" in mods  # the probe sees real imports
+    assert _heavy(mods) == []
+
+
+def test_info_on_a_store_without_part_stats_loads_polars_only(tmp_path: Path) -> None:
+    """A store written before part records had stats: ``info`` counts with Polars;
+    Arrow, NumPy and DuckDB stay unloaded."""
+    store = traceatlas.ingest(SAMPLE, tmp_path / "s.tastore")
+    manifest_path = store / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    for rec in manifest["parts"]:
+        rec.pop("stats", None)
+    manifest_path.write_text(json.dumps(manifest))
+    mods, proc = _loaded(_RUN_CLI, tmp_path, "info", str(store), "--format", "json")
+    assert proc.stdout.strip(), proc
+    summary = json.loads(proc.stdout)
     assert summary["intervals"] == traceatlas.Trace(store).intervals.collect().height
     assert "polars" in mods
     assert _heavy(mods - {"polars"}) == []
