@@ -85,9 +85,12 @@ def scanned_tallies(trace: Trace) -> Tallies:
 
 
 def _summary(trace: Trace, t: Tallies) -> dict[str, Any]:
+    by_rank: dict[int, list[tuple[str, int]]] = {}
+    for (rank, category), n in t.per.items():  # one pass: thousands of ranks stay cheap
+        by_rank.setdefault(rank, []).append((category, n))
     per_rank = [
-        {"rank": rank, "intervals": sum(n for (r, _), n in t.per.items() if r == rank),
-         "by_category": _counts((c, n) for (r, c), n in t.per.items() if r == rank)}
+        {"rank": rank, "intervals": sum(n for _, n in by_rank.get(rank, ())),
+         "by_category": _counts(by_rank.get(rank, ()))}
         for rank in trace.ranks
     ]
     lo, hi = t.lo, t.hi
