@@ -70,6 +70,7 @@ def ingest_sources(
     from traceatlas.ingest.partition import unstage as _unstage
     from traceatlas.ingest.ranks import assign_ranks
     from traceatlas.store.manifest import write_manifest
+    from traceatlas.store.parts import keep_records
     from traceatlas.store.writer import atomic_directory
 
     if align not in POLICIES:
@@ -85,6 +86,8 @@ def ingest_sources(
             jobs = [PartitionJob(i, src, str(tmp), threads, n) for i, src in enumerate(sources)]
             on_done = (lambda done: progress(done, n)) if progress else None
             results = [r for rs in eng.map(ingest_partition, jobs, on_done) for r in rs]
+            for res in results:  # records made by the workers: no part is read again
+                keep_records(tmp, res.parts)
             _reemit_warnings(results)
             ranks = assign_ranks(results)
             for res in results:

@@ -18,6 +18,7 @@ from traceatlas.io.registry import detect
 from traceatlas.io.sources import Source
 from traceatlas.io.time_outliers import set_aside_far
 from traceatlas.model.schema import TABLES, empty_table
+from traceatlas.store.parts import take_records
 from traceatlas.store.writer import write_part
 
 STAGING = "_staging"
@@ -54,6 +55,9 @@ class PartitionResult:
     rows: dict[str, int]
     seconds: float
     warnings: list[tuple[str, str]] = field(default_factory=list)
+    parts: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+    """Manifest records of the parts written (relative path -> (inode, record)), made as
+    they were written (``store.parts.take_records``); with the first result."""
     placed: bool = False
     """Rank unknown to the reader, but the parts were written under the rank ingest
     assigns (``PartitionJob.sources`` = 1): nothing staged."""
@@ -116,8 +120,12 @@ def ingest_partition(job: PartitionJob) -> list[PartitionResult]:
         places = _places(results) if job.sources == 1 else {}
         for result in results:
             result.placed = result.rank is None and result.key in places
-        _write(Path(job.store), results, ranks, places, job.threads)
+        try:
+            _write(Path(job.store), results, ranks, places, job.threads)
+        finally:
+            written = take_records(Path(job.store))
     if results:
+        results[0].parts = written
         results[0].seconds = time.perf_counter() - t0
         results[0].warnings = [(w.category.__name__, str(w.message)) for w in caught]
     return results

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 STATS_KEY = "stats"
 COUNTED: dict[str, tuple[str, ...]] = {"intervals": ("category", "source_category"),
@@ -36,20 +39,34 @@ def part_stats(path: Path, table: str) -> dict[str, Any] | None:
     keys = COUNTED.get(table)
     if keys is None:
         return None
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    set_columns = NOT_NULL[table]
     span = ("start_ns", "end_ns") if table == "intervals" else ()
-    data = pq.read_table(path, columns=["rank", *keys, *set_columns, *span],
+    data = pq.read_table(path, columns=["rank", *keys, *NOT_NULL[table], *span],
                          read_dictionary=list(keys))
-    groups = data.group_by(["rank", *keys]).aggregate(
+    return stats_of(data, table)
+
+
+def stats_of(data: pa.Table, table: str) -> dict[str, Any] | None:
+    """The stats of ``data``, rows of ``table`` as a part holds them (at least the
+    ``rank``, ``COUNTED``, ``NOT_NULL`` and, for intervals, time columns), or None for a
+    table whose parts carry none. The writer calls this on the table it has just written;
+    :func:`part_stats` on a part read back: the same values."""
+    keys = COUNTED.get(table)
+    if keys is None:
+        return None
+    import pyarrow.compute as pc
+
+    set_columns = NOT_NULL[table]
+    # chunks of one column may have differing dictionaries, which group_by refuses
+    keyed = data.select(["rank", *keys, *set_columns]).unify_dictionaries()
+    groups = keyed.group_by(["rank", *keys]).aggregate(
         [([], "count_all"), *((c, "count") for c in set_columns)])
     names = ["rank", *keys, "count_all", *(f"{c}_count" for c in set_columns)]
     columns = [groups[n].to_pylist() for n in names]
     counts = sorted(list(row) for row in zip(*columns, strict=True))
     stats: dict[str, Any] = {"counts": counts}
-    if span:
+    if table == "intervals":
         stats["start_ns_min"] = pc.min(data["start_ns"]).as_py()
         stats["end_ns_max"] = pc.max(data["end_ns"]).as_py()
     return stats

@@ -4,7 +4,10 @@ At the end of a write (ingest after clock alignment, filter), :func:`record_part
 every file under the store but the manifest: relative path (POSIX), ``rows`` (Parquet
 footer), ``bytes``, ``mtime_ns``, ``blake2b`` (16-byte BLAKE2b of the file's bytes, hex) and,
 for intervals and tracks, ``stats`` (rows per rank and category or kind, span; see
-``store/part_stats.py``).
+``store/part_stats.py``). The writer makes each part's record as it writes it, from the
+table in memory and the footer it wrote (:func:`remember_part`; an ingest's worker
+processes hand theirs back in their results), so a part unchanged since (same inode,
+size and mtime) is not read again; any other file is read for its record.
 
 Opening a store runs :func:`find_damage`, the cheap checks: every recorded part is present
 with its recorded size; a part whose mtime changed also has its footer read (row count and
@@ -19,7 +22,8 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -28,9 +32,10 @@ from typing import TYPE_CHECKING, Any
 from traceatlas.errors import StoreDamagedError, StoreError
 from traceatlas.model.vocab import TABLE_NAMES
 from traceatlas.store.layout import MANIFEST
-from traceatlas.store.part_stats import STATS_KEY, part_stats
+from traceatlas.store.part_stats import STATS_KEY, part_stats, stats_of
 
 if TYPE_CHECKING:  # imported where footers are read: opening an unchanged store skips it
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
 _CHUNK = 1 << 20
@@ -56,10 +61,14 @@ class Damage:
 
 
 def record_parts(store: Path) -> list[dict[str, Any]]:
-    """One record per file under ``store`` (the manifest excepted), sorted by path."""
+    """One record per file under ``store`` (the manifest excepted), sorted by path: the
+    record :func:`remember_part` kept for a part unchanged since (same inode, size and
+    mtime), else one made by reading the file."""
     files = sorted(_files(store) - {MANIFEST})
+    kept = take_records(store)
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        return list(pool.map(lambda rel: _record(store, rel), files))
+        return list(pool.map(lambda rel: _kept(store, rel, kept.get(rel)) or _record(
+            store, rel), files))
 
 
 def _record(store: Path, rel: str) -> dict[str, Any]:
@@ -68,16 +77,74 @@ def _record(store: Path, rel: str) -> dict[str, Any]:
 
     table = rel.split("/", 1)[0]
     meta = pq.read_metadata(path)
+    return _made(store, rel, meta, lambda: part_stats(path, table))[1]
+
+
+def _made(store: Path, rel: str, meta: pq.FileMetaData,
+          stats_of_part: Callable[[], dict[str, Any] | None]) -> tuple[int, dict[str, Any]]:
+    """(inode, record) of the part ``rel`` whose footer is ``meta``."""
+    path = store / rel
+    table = rel.split("/", 1)[0]
     if table in TABLE_NAMES and not _schema_ok(meta, table):
         raise StoreError(f"{path}: written with a schema other than the canonical {table} "
                          "schema (a traceatlas bug)")
     st = path.stat()
     record = {"path": rel, "rows": int(meta.num_rows), "bytes": st.st_size,
               "mtime_ns": st.st_mtime_ns, "blake2b": file_hash(path)}
-    stats = part_stats(path, table)
+    stats = stats_of_part()
     if stats is not None:
         record[STATS_KEY] = stats
-    return record
+    return st.st_ino, record
+
+
+# Records of parts this process wrote, by absolute path: (inode, record). The writer fills
+# it (remember_part), record_parts empties it for its store; an ingest's workers hand
+# theirs to the client in their results (take_records / keep_records).
+_KEPT: dict[str, tuple[int, dict[str, Any]]] = {}
+_KEPT_LOCK = threading.Lock()
+
+
+def remember_part(store: Path, rel: str, data: pa.Table, meta: pq.FileMetaData) -> None:
+    """Keep the record of the part ``rel`` just written from ``data`` (footer ``meta``, as
+    the writer returned it), so that :func:`record_parts` need not read it again: its
+    rows and schema from ``meta``, its stats from ``data``, its hash from the file."""
+    table = rel.split("/", 1)[0]
+    kept = _made(store, rel, meta, lambda: stats_of(data, table))
+    with _KEPT_LOCK:
+        _KEPT[os.path.abspath(store / rel)] = kept
+
+
+def take_records(store: Path) -> dict[str, tuple[int, dict[str, Any]]]:
+    """The kept records of parts under ``store`` (relative path -> (inode, record)),
+    removed from this process's keeping."""
+    prefix = os.path.join(os.path.abspath(store), "")
+    with _KEPT_LOCK:
+        mine = [k for k in _KEPT if k.startswith(prefix)]
+        return {k[len(prefix):].replace(os.sep, "/"): _KEPT.pop(k) for k in mine}
+
+
+def keep_records(store: Path, records: dict[str, tuple[int, dict[str, Any]]]) -> None:
+    """Keep ``records`` (as :func:`take_records` returned them, possibly from another
+    process on this file system) for ``store``."""
+    with _KEPT_LOCK:
+        for rel, kept in records.items():
+            _KEPT[os.path.abspath(store / rel)] = kept
+
+
+def _kept(store: Path, rel: str,
+          kept: tuple[int, dict[str, Any]] | None) -> dict[str, Any] | None:
+    """The kept record when the file is still the one it describes (inode, size and mtime),
+    else None."""
+    if kept is None:
+        return None
+    inode, record = kept
+    try:
+        st = (store / rel).stat()
+    except OSError:
+        return None
+    same = (st.st_ino, st.st_size, st.st_mtime_ns) == (inode, record["bytes"],
+                                                     record["mtime_ns"])
+    return record if same and record["path"] == rel else None
 
 
 def file_hash(path: Path) -> str:

@@ -25,7 +25,7 @@ from traceatlas.errors import InputError
 from traceatlas.model.schema import conform
 from traceatlas.store.layout import part_path
 from traceatlas.store.manifest import traceatlas_manifest
-from traceatlas.store.parts import foreign_entries
+from traceatlas.store.parts import foreign_entries, remember_part
 
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 1
@@ -123,7 +123,9 @@ def check_output_dir(target: Path, shown: str | Path | None = None) -> None:
 
 
 def write_part(store: Path, table_name: str, rank: int, table: pa.Table) -> int:
-    """Write one rank's part of a table (adding the rank column); returns the row count."""
+    """Write one rank's part of a table (adding the rank column); returns the row count.
+    The part's manifest record is made here, from the table in memory and the footer
+    written, and kept for ``record_parts`` (``store/parts.py``)."""
     if "rank" in table.column_names:
         table = table.drop_columns(["rank"])
     table = table.add_column(0, "rank", pa.repeat(pa.scalar(rank, pa.int32()), table.num_rows))
@@ -134,9 +136,11 @@ def write_part(store: Path, table_name: str, rank: int, table: pa.Table) -> int:
     delta = DELTA_COLUMNS.intersection(table.column_names) if time_column else frozenset()
     path = part_path(store, table_name, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
+    footer: list[pq.FileMetaData] = []
     pq.write_table(
         table,
         path,
+        metadata_collector=footer,
         compression=COMPRESSION,
         compression_level=COMPRESSION_LEVEL,
         # Free-form JSON text is nearly unique per row: a dictionary only costs time.
@@ -144,6 +148,7 @@ def write_part(store: Path, table_name: str, rank: int, table: pa.Table) -> int:
         column_encoding=dict.fromkeys(sorted(delta), "DELTA_BINARY_PACKED") or None,
         row_group_size=TIME_ROW_GROUP_ROWS if time_column is not None else None,
     )
+    remember_part(store, path.relative_to(store).as_posix(), table, footer[0])
     return int(table.num_rows)
 
 
