@@ -623,6 +623,8 @@ def _concat(parts: list[dict[str, Any] | None]) -> dict[str, Any] | None:
         values = [p[col] for p in present]
         if isinstance(values[0], np.ndarray):
             out[col] = np.concatenate(values)
+        elif all(v.type == values[0].type for v in values):  # dictionaries are unified
+            out[col] = pa.concat_arrays(values)
         else:
             out[col] = pa.concat_arrays([v.cast(pa.string()) for v in values])
     return out
