@@ -2,7 +2,7 @@
 of an ingest holds the same records as reading every part back (rows from the footer, the
 file's hash, stats counted in plain Python from its rows), and no part is read for them;
 a part changed after it was written is read again; chunks with differing dictionaries are
-counted; a process keeps no record once the manifest is written."""
+counted; no record is kept for a store once its manifest is written or its write failed."""
 
 from __future__ import annotations
 
@@ -94,8 +94,7 @@ def test_ingest_records_equal_a_reading_of_every_part(tmp_path: Path, n_ranks: i
         expected = _by_hand(path, rec["path"].split("/", 1)[0])
         assert {k: rec.get(k) for k in expected} == expected, rec["path"]
         assert rec["mtime_ns"] == path.stat().st_mtime_ns
-    assert parts.take_records(store) == {}
-    assert not parts._KEPT  # nothing left kept in this process
+    assert parts.take_records(store) == {}  # nothing left kept for the store
 
 
 def test_a_part_changed_after_its_write_is_read_again(tmp_path: Path,
@@ -140,6 +139,18 @@ def test_chunks_with_differing_dictionaries_are_counted(tmp_path: Path) -> None:
     assert rec["stats"] == {"counts": [[0, "cpu_op", None, 2, 1], [0, "kernel", None, 1, 1],
                                        [0, "memcpy", None, 1, 1]],
                             "start_ns_min": 10, "end_ns_max": 50}
+
+
+def test_a_failed_write_keeps_no_record(tmp_path: Path) -> None:
+    from traceatlas.store.writer import atomic_directory
+
+    with pytest.raises(RuntimeError), atomic_directory(tmp_path / "out") as tmp:
+        write_part(tmp, "tracks", 0, TRACK)
+        assert list(parts.take_records(tmp)) == ["tracks/rank=0/part-0.parquet"]
+        write_part(tmp, "tracks", 0, TRACK)
+        raise RuntimeError("a reader fails")
+    assert parts.take_records(tmp) == {}
+    assert not (tmp_path / "out").exists()
 
 
 def test_kept_records_stay_with_their_store(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +26,7 @@ from traceatlas.errors import InputError
 from traceatlas.model.schema import conform
 from traceatlas.store.layout import part_path
 from traceatlas.store.manifest import traceatlas_manifest
-from traceatlas.store.parts import foreign_entries, remember_part
+from traceatlas.store.parts import foreign_entries, remember_part, take_records
 
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 1
@@ -83,6 +84,7 @@ def atomic_directory(target: Path) -> Iterator[Path]:
                 shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         with signals.deferred():
+            take_records(tmp)  # the records kept for its parts (store/parts.py) go too
             shutil.rmtree(tmp, ignore_errors=True)
             if old is not None and not target.exists():
                 os.rename(old, target)  # put the previous store back
@@ -136,10 +138,23 @@ def write_part(store: Path, table_name: str, rank: int, table: pa.Table) -> int:
     delta = DELTA_COLUMNS.intersection(table.column_names) if time_column else frozenset()
     path = part_path(store, table_name, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if table.num_rows:
+        footer = _write_parquet(table, path, time_column, delta)
+    else:  # the same bytes for every rank: encoded once per process
+        data, footer = _empty_part(table_name, table, time_column, delta)
+        with open(path, "wb") as fh:
+            fh.write(data)
+    remember_part(store, path.relative_to(store).as_posix(), table, footer)
+    return int(table.num_rows)
+
+
+def _write_parquet(table: pa.Table, where: Path | pa.NativeFile, time_column: str | None,
+                   delta: frozenset[str]) -> pq.FileMetaData:
+    """Write ``table`` as a part's Parquet file to ``where``; returns its footer."""
     footer: list[pq.FileMetaData] = []
     pq.write_table(
         table,
-        path,
+        where,
         metadata_collector=footer,
         compression=COMPRESSION,
         compression_level=COMPRESSION_LEVEL,
@@ -148,8 +163,28 @@ def write_part(store: Path, table_name: str, rank: int, table: pa.Table) -> int:
         column_encoding=dict.fromkeys(sorted(delta), "DELTA_BINARY_PACKED") or None,
         row_group_size=TIME_ROW_GROUP_ROWS if time_column is not None else None,
     )
-    remember_part(store, path.relative_to(store).as_posix(), table, footer[0])
-    return int(table.num_rows)
+    return footer[0]
+
+
+_EMPTY: dict[tuple[str, str], tuple[bytes, pq.FileMetaData]] = {}
+_EMPTY_LOCK = threading.Lock()
+
+
+def _empty_part(table_name: str, table: pa.Table, time_column: str | None,
+                delta: frozenset[str]) -> tuple[bytes, pq.FileMetaData]:
+    """(bytes, footer) of the Parquet file of the empty ``table``, made once per process
+    and schema: a store holds one per table and rank (most of them on a trace of many
+    MPI ranks), and each cost ~1 ms to encode."""
+    key = (table_name, table.schema.to_string(show_schema_metadata=True))
+    with _EMPTY_LOCK:
+        made = _EMPTY.get(key)
+    if made is None:
+        sink = pa.BufferOutputStream()
+        footer = _write_parquet(table, sink, time_column, delta)
+        made = (sink.getvalue().to_pybytes(), footer)
+        with _EMPTY_LOCK:
+            _EMPTY[key] = made
+    return made
 
 
 def time_sorted(table: pa.Table, time_column: str) -> pa.Table:
