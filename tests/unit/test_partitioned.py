@@ -59,7 +59,10 @@ def test_declarations_follow_parameters() -> None:
     assert is_partitioned(registry.get_analysis("profile"), {"by": "name"})  # merged
     assert is_partitioned(registry.get_analysis("mpi_wait"), {})  # by message, 2 passes
     assert is_partitioned(registry.get_analysis("mpi_collectives"), {})  # merged
-    assert not is_partitioned(registry.get_analysis("critical_path"), {})
+    critical = registry.get_analysis("critical_path")
+    assert is_partitioned(critical, {"speedup": "", "region": ""})  # 3 passes, merged
+    assert not is_partitioned(critical, {"speedup": "gemm:2", "region": ""})  # what-if
+    assert not is_partitioned(critical, {"speedup": "", "region": "annotation:x"})
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ gain_ns, gain_pct). Times in ns.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -68,6 +68,51 @@ class CriticalPath:
               "the selection (--step/--window) or the whole trace"),
     )
     requires: tuple[str, ...] = ()
+    passes = ("bounds", "stubs")
+    """Passes before the map step in rank batches (``analysis/critical_split.py``)."""
+
+    @staticmethod
+    def partition_for(params: Mapping[str, Any]) -> str:
+        """In rank batches, except the what-if and an annotation region (run whole)."""
+        return "trace" if params.get("speedup") or params.get("region") else "rank"
+
+    @staticmethod
+    def bounds(trace: Trace, params: Mapping[str, Any]) -> Result:
+        from traceatlas.analysis import critical_split
+
+        return critical_split.bounds(trace, params)
+
+    @staticmethod
+    def prepared_bounds(partials: Sequence[Result], params: Mapping[str, Any]
+                        ) -> dict[str, Any]:
+        from traceatlas.analysis import critical_split
+
+        return critical_split.prepared_bounds(partials, params)
+
+    @staticmethod
+    def stubs(trace: Trace, params: Mapping[str, Any]) -> Result:
+        from traceatlas.analysis import critical_split
+
+        return critical_split.stubs(trace, params)
+
+    @staticmethod
+    def prepared_stubs(partials: Sequence[Result], params: Mapping[str, Any]
+                       ) -> dict[str, Any]:
+        from traceatlas.analysis import critical_split
+
+        return critical_split.prepared_stubs(partials, params)
+
+    @staticmethod
+    def partial(trace: Trace, params: Mapping[str, Any]) -> Result:
+        from traceatlas.analysis import critical_split
+
+        return critical_split.partial(trace, params)
+
+    @staticmethod
+    def merge(partials: Sequence[Result], params: Mapping[str, Any]) -> Result:
+        from traceatlas.analysis import critical_split
+
+        return critical_split.merge(partials, params)
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """Build the graph of the region, find the path, apply the what-if."""
@@ -86,13 +131,7 @@ class CriticalPath:
         table = _path_table(g, path)
         end = int(g.t_ns.max()) if len(g.t_ns) else g.r0
         length = end - g.r0
-        notes.append(f"region {g.r0}..{end} ns ({length} ns); path of {table.height} segments")
-        if g.dropped:
-            notes.append(f"{g.dropped} dependencies ran backwards in time (clock skew or "
-                         "mismatched records) and were ignored")
-        if counts.get("fallback"):
-            notes.append(f"{counts['fallback']} synchronize calls without a cuda_sync "
-                         "record wait for the rank's latest-ending device work")
+        notes += notes_of(g.r0, end, table.height, g.dropped, counts.get("fallback", 0))
         extra = {"by_bound": _by_bound(table, length),
                  "by_rank": _by_rank(g, path, table, length),
                  "dependencies": pl.DataFrame(
@@ -115,8 +154,39 @@ class CriticalPath:
         return Result(table, extra=extra, notes=notes)
 
 
+def notes_of(lo: int, end: int, segments: int, dropped: int, fallback: int) -> list[str]:
+    """The notes on the region, dropped dependencies and synchronize fallbacks."""
+    notes = [f"region {lo}..{end} ns ({end - lo} ns); path of {segments} segments"]
+    if dropped:
+        notes.append(f"{dropped} dependencies ran backwards in time (clock skew or "
+                     "mismatched records) and were ignored")
+    if fallback:
+        notes.append(f"{fallback} synchronize calls without a cuda_sync "
+                     "record wait for the rank's latest-ending device work")
+    return notes
+
+
 def build(trace: Trace, r0: int | None, r1: int | None) -> tuple[Graph, dict[str, int]]:
     """The graph of the region and the number of edges per dependency kind."""
+    import polars as pl
+
+    from traceatlas.ops import critical_graph as cg
+    from traceatlas.ops import critical_ranks as cr
+
+    events, lo, hi = cg.region_events(trace.intervals, r0, r1)
+    has_mpi = bool(events.height) and bool((events["category"] == "mpi").any())
+    messages = trace.messages.collect() if has_mpi else pl.DataFrame()
+    msgs = cr.message_points(events, messages) if has_mpi else cr.message_points(
+        events, pl.DataFrame())
+    return graph_of(events, lo, hi, msgs, _unselected(trace), _fwdbwd(trace))
+
+
+def graph_of(events: pl.DataFrame, lo: int, hi: int, msgs: pl.DataFrame,
+             whole: pl.LazyFrame | None, fwdbwd: pl.DataFrame
+             ) -> tuple[Graph, dict[str, int]]:
+    """The graph of the region's ``events`` (``region_events``), its messages
+    (``message_points``), the host work records of the whole trace (``whole``, for their
+    occurrences) and the ``fwdbwd`` flows; and the number of edges per dependency kind."""
     import polars as pl
 
     from traceatlas.ops import critical_graph as cg
@@ -125,11 +195,6 @@ def build(trace: Trace, r0: int | None, r1: int | None) -> tuple[Graph, dict[str
     from traceatlas.ops.critical_host_coll import host_collectives
     from traceatlas.ops.critical_syncs import sync_edges
 
-    events, lo, hi = cg.region_events(trace.intervals, r0, r1)
-    has_mpi = bool(events.height) and bool((events["category"] == "mpi").any())
-    messages = trace.messages.collect() if has_mpi else pl.DataFrame()
-    msgs = cr.message_points(events, messages) if has_mpi else cr.message_points(
-        events, pl.DataFrame())
     b = cg.Builder(lo, events)
     cg.host_chains(b, cr.extra_points(msgs).with_columns(pl.all().cast(pl.Int64)))
     dev = cg.device_streams(b)
@@ -138,8 +203,8 @@ def build(trace: Trace, r0: int | None, r1: int | None) -> tuple[Graph, dict[str
     matched, n_nccl = cr.nccl_collectives(b, dev)
     cg.add_durations(b, matched)
     n_mpi = cr.mpi_collectives(b)
-    host = host_collectives(b, _unselected(trace), lo, hi)
-    n_handoff = handoff_edges(b, _fwdbwd(trace))
+    host = host_collectives(b, whole, lo, hi)
+    n_handoff = handoff_edges(b, fwdbwd)
     n_msg = cr.message_edges(b, msgs)
     g = b.finish(lo, hi)
     k = g.edges["kind"]
@@ -208,18 +273,22 @@ def _region(trace: Trace, region: str) -> tuple[int | None, int | None]:
 
 
 def _path_table(g: Graph, path: np.ndarray[Any, Any]) -> pl.DataFrame:
+    return path_rows(path_edges_frame(g, path, g.events["eid"] if g.events.height else None))
+
+
+def path_edges_frame(g: Graph, edges: np.ndarray[Any, Any], owner_key: pl.Series | None
+                     ) -> pl.DataFrame:
+    """One row per edge of ``edges`` (in path order): ``own`` (``owner_key`` of the
+    owning event, -1 for none), ``bound``, ``n_rank``/``n_track`` (the destination
+    node's), ``start_ns``/``end_ns`` (the source and destination times) and the owning
+    event's rank, track_id, name, category, start_ns, end_ns (``o_*``, null for none)."""
     import polars as pl
 
     from traceatlas.ops.critical_graph import BOUNDS
 
     e = g.edges
-    src, dst = e["src"][path], e["dst"][path]
-    own = e["owner"][path].astype(np.int64)
-    bound = e["bound"][path].astype(np.int64)
-    # merge consecutive pieces of one event with one bound
-    new = np.ones(len(path), bool)
-    new[1:] = (own[1:] != own[:-1]) | (bound[1:] != bound[:-1]) | (own[1:] < 0)
-    seg = np.cumsum(new) - 1
+    src, dst = e["src"][edges], e["dst"][edges]
+    own = e["owner"][edges].astype(np.int64)
     has = own >= 0
     o = pl.Series("o", np.maximum(own, 0))
     ev = g.events if g.events.height else pl.DataFrame(
@@ -227,23 +296,46 @@ def _path_table(g: Graph, path: np.ndarray[Any, Any]) -> pl.DataFrame:
         schema_overrides={"rank": pl.Int32, "track_id": pl.Int32, "name": pl.String,
                           "category": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64})
     owner = ev.select("rank", "track_id", "name", "category", "start_ns", "end_ns")[o]
+    key = (owner_key[o].cast(pl.Int64).to_numpy() if owner_key is not None
+           else np.zeros(len(own), np.int64))
     hs = pl.Series("has", has)
-    frame = pl.DataFrame({
-        "seg": seg, "has": has, "n_rank": g.rank[dst].astype(np.int32),
-        "n_track": g.track[dst].astype(np.int32),
+    return pl.DataFrame({
+        "own": np.where(has, key, -1), "bound": pl.Series(list(BOUNDS))[
+            pl.Series(e["bound"][edges].astype(np.int64))],
+        "n_rank": g.rank[dst].astype(np.int32), "n_track": g.track[dst].astype(np.int32),
         "start_ns": g.t_ns[src], "end_ns": g.t_ns[dst],
-        "bound": pl.Series(list(BOUNDS))[pl.Series(bound)],
     }).with_columns(
-        rank=pl.when(hs).then(owner["rank"].cast(pl.Int32)).otherwise(pl.col("n_rank")),
-        track_id=pl.when(hs).then(owner["track_id"].cast(pl.Int32))
-        .otherwise(pl.col("n_track")),
-        name=pl.when(hs).then(owner["name"].cast(pl.String)).otherwise(pl.lit("(untraced)")),
-        category=pl.when(hs).then(owner["category"]),
-        event_start_ns=pl.when(hs).then(owner["start_ns"]),
-        event_end_ns=pl.when(hs).then(owner["end_ns"]))
-    out = (frame.group_by("seg", maintain_order=True).agg(
+        o_rank=pl.when(hs).then(owner["rank"].cast(pl.Int32)),
+        o_track=pl.when(hs).then(owner["track_id"].cast(pl.Int32)),
+        o_name=pl.when(hs).then(owner["name"].cast(pl.String)),
+        o_category=pl.when(hs).then(owner["category"].cast(pl.String)),
+        o_start_ns=pl.when(hs).then(owner["start_ns"].cast(pl.Int64)),
+        o_end_ns=pl.when(hs).then(owner["end_ns"].cast(pl.Int64)))
+
+
+def path_rows(frame: pl.DataFrame) -> pl.DataFrame:
+    """The ``path`` table from ``path_edges_frame`` rows in path order: consecutive
+    pieces of one event with one bound merged, zero-length segments dropped."""
+    import polars as pl
+
+    own = frame["own"].to_numpy()
+    bound = frame["bound"]
+    new = np.ones(len(own), bool)
+    if len(own) > 1:
+        new[1:] = ((own[1:] != own[:-1]) | (bound[1:] != bound[:-1]).to_numpy()
+                   | (own[1:] < 0))
+    has = pl.col("own") >= 0
+    out = (frame.with_columns(
+        seg=pl.Series(np.cumsum(new) - 1),
+        rank=pl.when(has).then(pl.col("o_rank")).otherwise(pl.col("n_rank")),
+        track_id=pl.when(has).then(pl.col("o_track")).otherwise(pl.col("n_track")),
+        name=pl.when(has).then(pl.col("o_name")).otherwise(pl.lit("(untraced)")),
+        category=pl.when(has).then(pl.col("o_category")),
+        event_start_ns=pl.when(has).then(pl.col("o_start_ns")),
+        event_end_ns=pl.when(has).then(pl.col("o_end_ns")))
+        .group_by("seg", maintain_order=True).agg(
         pl.col("rank", "track_id", "name", "category", "bound", "event_start_ns",
-               "event_end_ns", "has").first(),
+               "event_end_ns").first(),
         pl.col("start_ns").min(), pl.col("end_ns").max())
         .with_columns(on_path_ns=pl.col("end_ns") - pl.col("start_ns"))
         .filter(pl.col("on_path_ns") > 0))
@@ -252,12 +344,7 @@ def _path_table(g: Graph, path: np.ndarray[Any, Any]) -> pl.DataFrame:
 
 def _waits(g: Graph, path: np.ndarray[Any, Any]) -> pl.DataFrame:
     """Per rank and kind, the time ranks spent waiting *beside* the path for the event
-    on it: at each collective instance on the path, every participant's last arrival
-    minus its own arrival (the last arrival waits 0); for each message on the path, the
-    send start minus the start of the receiving call, when positive (a late sender).
-    Columns rank, kind (``collective``/``message``), instances, wait_ns."""
-    import polars as pl
-
+    on it (``waits_rows``)."""
     from traceatlas.ops.critical_graph import B, K
 
     e = g.edges
@@ -273,9 +360,21 @@ def _waits(g: Graph, path: np.ndarray[Any, Any]) -> pl.DataFrame:
     starts = g.events["start_ns"].to_numpy() if g.events.height else np.empty(0, np.int64)
     m_rank = g.rank[e["dst"][msg]]
     m_wait = np.maximum(g.t_ns[e["src"][msg]] - starts[e["owner"][msg]], 0)
+    return waits_rows(c_rank, c_wait, m_rank, m_wait)
+
+
+def waits_rows(c_rank: np.ndarray[Any, Any], c_wait: np.ndarray[Any, Any],
+               m_rank: np.ndarray[Any, Any], m_wait: np.ndarray[Any, Any]) -> pl.DataFrame:
+    """The ``waits`` table: at each collective instance on the path, every participant's
+    last arrival minus its own arrival (``c_*``: rank, ns; the last arrival waits 0);
+    for each message on the path, the send start minus the start of the receiving call,
+    when positive (``m_*``: a late sender). Columns rank, kind (``collective``/
+    ``message``), instances, wait_ns."""
+    import polars as pl
+
     frame = pl.DataFrame({
         "rank": np.concatenate([c_rank, m_rank]).astype(np.int32),
-        "kind": ["collective"] * len(into) + ["message"] * len(msg),
+        "kind": ["collective"] * len(c_rank) + ["message"] * len(m_rank),
         "wait_ns": np.concatenate([c_wait, m_wait]).astype(np.int64)},
         schema={"rank": pl.Int32, "kind": pl.String, "wait_ns": pl.Int64})
     return (frame.group_by("rank", "kind").agg(pl.len().cast(pl.Int64).alias("instances"),
@@ -298,21 +397,29 @@ def _by_bound(table: pl.DataFrame, length: int) -> pl.DataFrame:
 
 def _by_rank(g: Graph, path: np.ndarray[Any, Any], table: pl.DataFrame,
              length: int) -> pl.DataFrame:
-    import polars as pl
-
     from traceatlas.ops.critical_graph import B, K
 
     e = g.edges
     last = path[(e["kind"][path] == K["collective"]) & (e["bound"][path] == B["wait"])]
-    arrivals = pl.DataFrame({"rank": g.rank[e["src"][last]].astype(np.int32)}).group_by(
-        "rank").agg(pl.len().cast(pl.Int64).alias("arrivals_last"))
     inst = (g.track == -1) & (g.rank >= 0)
-    every = pl.DataFrame({"rank": g.rank[inst].astype(np.int32)}).group_by("rank").agg(
+    ranks = sorted(int(r) for r in g.events["rank"].unique())
+    return by_rank_rows(g.rank[e["src"][last]], g.rank[inst], ranks, table, length)
+
+
+def by_rank_rows(last_ranks: np.ndarray[Any, Any], every_ranks: np.ndarray[Any, Any],
+                 ranks: list[int], table: pl.DataFrame, length: int) -> pl.DataFrame:
+    """The ``by_rank`` table: on-path ns and share per rank of ``ranks`` (those with
+    intervals in the region), the ranks of the last arrivals of the instances on the path
+    (``last_ranks``) and of every instance (``every_ranks``)."""
+    import polars as pl
+
+    arrivals = pl.DataFrame({"rank": last_ranks.astype(np.int32)}).group_by(
+        "rank").agg(pl.len().cast(pl.Int64).alias("arrivals_last"))
+    every = pl.DataFrame({"rank": every_ranks.astype(np.int32)}).group_by("rank").agg(
         pl.len().cast(pl.Int64).alias("arrivals_last_all"))
-    ranks = pl.DataFrame({"rank": sorted(int(r) for r in g.events["rank"].unique())},
-                         schema={"rank": pl.Int32})
+    frame = pl.DataFrame({"rank": ranks}, schema={"rank": pl.Int32})
     sums = table.group_by("rank").agg(pl.col("on_path_ns").sum().alias("ns"))
-    return (ranks.join(sums, on="rank", how="left").join(arrivals, on="rank", how="left")
+    return (frame.join(sums, on="rank", how="left").join(arrivals, on="rank", how="left")
             .join(every, on="rank", how="left")
             .with_columns(pl.col("ns").fill_null(0).cast(pl.Int64),
                           pl.col("arrivals_last", "arrivals_last_all").fill_null(0))

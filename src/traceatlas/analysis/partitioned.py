@@ -348,13 +348,23 @@ def run_partitioned(analysis: Analysis, trace: Trace, params: Mapping[str, Any],
         return [RankTask(trace.location, trace.selections, batch, analysis.name, items, by,
                          step) for batch in batches]
 
-    if hasattr(analysis, "prepare"):  # the first pass: what every batch's map step needs
-        first = [p for p in engine.map(run_task, tasks("prepare", params)) if p is not None]
-        params = {**params, **analysis.prepared(first, params)}  # type: ignore[attr-defined]
+    for step in prepare_passes(analysis):  # first passes: what the map step needs
+        first = [p for p in engine.map(run_task, tasks(step, params)) if p is not None]
+        combine = getattr(analysis, "prepared" if step == "prepare" else f"prepared_{step}")
+        params = {**params, **combine(first, params)}
     partials = [p for p in engine.map(run_task, tasks("partial", params)) if p is not None]
     if not partials:  # no batch has the data: the whole run raises the missing-data error
         return analysis.run(trace, params)
     return merge(analysis, partials, params)
+
+
+def prepare_passes(analysis: Analysis) -> tuple[str, ...]:
+    """The passes run on every batch before the map step, in order: ``passes`` (each
+    combined by ``prepared_<pass>``), else ``prepare`` (``prepared``) when it has one."""
+    declared: tuple[str, ...] | None = getattr(analysis, "passes", None)
+    if declared is not None:
+        return tuple(declared)
+    return ("prepare",) if hasattr(analysis, "prepare") else ()
 
 
 def can_run_together(analysis: Analysis, param_sets: Sequence[Mapping[str, Any]]) -> bool:

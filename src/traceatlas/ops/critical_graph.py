@@ -127,6 +127,18 @@ class Graph:
     """Edges dropped because they ran backwards in time."""
     inst_last: dict[int, int] = field(default_factory=dict)
     """Collective instance node -> node id of its last arrival (start node)."""
+    dropped_kind: I64 = field(default_factory=lambda: np.empty(0, np.int64))
+    """Kind codes of the dropped edges."""
+    dropped_dst: I64 = field(default_factory=lambda: np.empty(0, np.int64))
+    """Destination nodes of the dropped edges (the rank a per-rank count charges)."""
+    fallback_ranks: I64 = field(default_factory=lambda: np.empty(0, np.int64))
+    """Rank of each synchronize call without a cuda_sync record."""
+    extra_node: I64 = field(default_factory=lambda: np.empty(0, np.int64))
+    """Node of each extra chain point (``host_chains``' ``extra`` rows, in order)."""
+    phase_ends: tuple[int, ...] = ()
+    """Node count after the host chains and after the device streams: host chain nodes
+    are ``[1, phase_ends[0])``, device nodes ``[phase_ends[0], phase_ends[1])``, virtual
+    instance nodes after (in creation order)."""
 
 
 class Builder:
@@ -146,6 +158,10 @@ class Builder:
         """Host chain points (node ids, rank, track_id, t_ns), in chain order."""
         self.blocking: list[I64] = []
         """Host nodes released by a cross edge (their chain edge in gets wmin 0)."""
+        self.phase_ends: list[int] = []
+        """``Graph.phase_ends`` (appended by ``host_chains`` and ``device_streams``)."""
+        self.fallback_ranks: I64 = np.empty(0, np.int64)
+        """Rank of each synchronize call without a cuda_sync record (``sync_edges``)."""
 
     def nodes(self, t: I64, rank: I64, track: I64) -> I64:
         """Allocate nodes; returns their ids."""
@@ -173,7 +189,10 @@ class Builder:
         ok = (ts < td) | ((ts == td) & (e["src"] < e["dst"]))
         del ts, td
         dropped = len(ok) - int(np.count_nonzero(ok))
+        dropped_kind = dropped_dst = np.empty(0, np.int64)
         if dropped:
+            dropped_kind = e["kind"][~ok].astype(np.int64)
+            dropped_dst = e["dst"][~ok].astype(np.int64)
             for k in list(e):
                 e[k] = e[k][ok]
         del ok
@@ -195,7 +214,11 @@ class Builder:
         self.rank = [rank]
         track = np.concatenate(self.track)
         self.track = [track]
-        return Graph(r0, r1, t, rank, track, e, self.events, dropped)
+        return Graph(r0, r1, t, rank, track, e, self.events, dropped,
+                     dropped_kind=dropped_kind, dropped_dst=dropped_dst,
+                     fallback_ranks=self.fallback_ranks,
+                     extra_node=getattr(self, "extra_node", np.empty(0, np.int64)),
+                     phase_ends=tuple(self.phase_ends))
 
 
 def name_matches(names: pl.Series, pattern: str) -> pl.Series:
@@ -232,10 +255,26 @@ def region_events(trace_intervals: pl.LazyFrame, r0: int | None, r1: int | None
     or after ``r0``."""
     import polars as pl
 
-    cols = ("rank", "track_id", "start_ns", "end_ns", "name", "category", "depth",
-            "correlation", "stream", "process_group", "collective", "args")
+    df = _with_sync_args(region_frame(trace_intervals, r0, r1))
+    if df.height == 0:
+        return df.with_row_index("eid").with_columns(pl.col("eid").cast(pl.Int64)), 0, 0
+    lo = int(df["start_ns"].min()) if r0 is None else r0  # type: ignore[arg-type]
+    last = df.filter(pl.col("start_ns") >= lo)["end_ns"].max()
+    hi = (int(last) if last is not None else lo) if r1 is None else r1  # type: ignore[arg-type]
+    df = (df.filter((pl.col("end_ns") >= lo) & (pl.col("start_ns") <= hi))
+          .with_columns(pl.col("start_ns").clip(lo, hi), pl.col("end_ns").clip(lo, hi))
+          .with_row_index("eid").with_columns(pl.col("eid").cast(pl.Int64)))
+    return df, lo, hi
+
+
+def region_frame(trace_intervals: pl.LazyFrame, r0: int | None, r1: int | None
+                 ) -> pl.LazyFrame:
+    """The intervals ``region_events`` starts from (not clipped): its columns, without
+    Kineto's profiler span, ending at or after ``r0`` and starting at or before ``r1``."""
+    import polars as pl
+
     frame = trace_intervals.select(
-        *[pl.col(c) for c in cols[:4]], "name",
+        "rank", "track_id", "start_ns", "end_ns", "name",
         pl.col("category").cast(pl.String), "depth", "correlation", "stream",
         pl.col("process_group").cast(pl.String),
         pl.col("collective").cast(pl.String),
@@ -247,16 +286,7 @@ def region_events(trace_intervals: pl.LazyFrame, r0: int | None, r1: int | None
         frame = frame.filter(pl.col("end_ns") >= r0)
     if r1 is not None:
         frame = frame.filter(pl.col("start_ns") <= r1)
-    df = _with_sync_args(frame)
-    if df.height == 0:
-        return df.with_row_index("eid").with_columns(pl.col("eid").cast(pl.Int64)), 0, 0
-    lo = int(df["start_ns"].min()) if r0 is None else r0  # type: ignore[arg-type]
-    last = df.filter(pl.col("start_ns") >= lo)["end_ns"].max()
-    hi = (int(last) if last is not None else lo) if r1 is None else r1  # type: ignore[arg-type]
-    df = (df.filter((pl.col("end_ns") >= lo) & (pl.col("start_ns") <= hi))
-          .with_columns(pl.col("start_ns").clip(lo, hi), pl.col("end_ns").clip(lo, hi))
-          .with_row_index("eid").with_columns(pl.col("eid").cast(pl.Int64)))
-    return df, lo, hi
+    return frame
 
 
 def _with_sync_args(frame: pl.LazyFrame) -> pl.DataFrame:
@@ -321,6 +351,7 @@ def host_chains(b: Builder, extra: pl.DataFrame) -> None:
         del hr
     b.extra_node = extra_node  # type: ignore[attr-defined]
     b.host = (out[0][:at], out[1][:at], out[2][:at], out[3][:at])
+    b.phase_ends.append(b.count)
 
 
 @dataclass
@@ -493,6 +524,7 @@ def device_streams(b: Builder) -> pl.DataFrame:
     rank = np.repeat(dev["rank"].to_numpy().astype(np.int64), 2)
     track = np.repeat(dev["track_id"].to_numpy().astype(np.int64), 2)
     ids = b.nodes(t, rank, track)
+    b.phase_ends.append(b.count)
     ks, ke = ids[0::2], ids[1::2]
     b.start_node[eid] = ks
     b.end_node[eid] = ke

@@ -95,45 +95,68 @@ def instances(b: Builder, frame: pl.DataFrame, key: list[str], bound: str,
     return matched, last.height
 
 
+MESSAGE_KEY = ("src_rank", "dst_rank", "send_start_ns", "recv_end_ns", "tag")
+"""A message's identity (rows equal on these are one message)."""
+POINTS_SCHEMA = {"src_rank": "Int64", "dst_rank": "Int64", "send_start_ns": "Int64",
+                 "recv_end_ns": "Int64", "send_track": "Int64", "recv_track": "Int64",
+                 "recv_eid": "Int64"}
+"""Columns of ``message_points`` (Polars type names)."""
+
+
 def message_points(events: pl.DataFrame, messages: pl.DataFrame) -> pl.DataFrame:
     """The messages (deduplicated, both ranks present, both times inside the events'
     span) with the host track of each side: columns src_rank, dst_rank, send_start_ns,
     recv_end_ns, send_track, recv_track, recv_eid (the receive's MPI call)."""
     import polars as pl
 
-    empty = pl.DataFrame(schema={"src_rank": pl.Int64, "dst_rank": pl.Int64,
-                                 "send_start_ns": pl.Int64, "recv_end_ns": pl.Int64,
-                                 "send_track": pl.Int64, "recv_track": pl.Int64,
-                                 "recv_eid": pl.Int64})
     if messages.height == 0 or events.height == 0:
-        return empty
+        return _empty_points()
     lo, hi = int(events["start_ns"].min()), int(events["end_ns"].max())  # type: ignore[arg-type]
-    ranks = events["rank"].unique().to_list()
-    msgs = (messages.select(pl.col("src_rank").cast(pl.Int64), pl.col("dst_rank")
+    msgs = message_rows(messages, lo, hi, events["rank"].unique().to_list()).with_row_index("m")
+    out = (msgs.join(message_side(events, msgs, "src_rank", "send_start_ns", "send"), on="m")
+           .join(message_side(events, msgs, "dst_rank", "recv_end_ns", "recv"), on="m"))
+    return out.select("src_rank", "dst_rank", "send_start_ns", "recv_end_ns",
+                      pl.col("send_track").cast(pl.Int64), pl.col("recv_track").cast(pl.Int64),
+                      pl.col("recv_eid").cast(pl.Int64))
+
+
+def _empty_points() -> pl.DataFrame:
+    import polars as pl
+
+    return pl.DataFrame(schema={k: getattr(pl, v) for k, v in POINTS_SCHEMA.items()})
+
+
+def message_rows(messages: pl.DataFrame, lo: int, hi: int, ranks: list[int]) -> pl.DataFrame:
+    """``messages`` deduplicated (``MESSAGE_KEY``), both times in [lo, hi] and both ranks
+    in ``ranks``: the messages the graph may use."""
+    import polars as pl
+
+    return (messages.select(pl.col("src_rank").cast(pl.Int64), pl.col("dst_rank")
                             .cast(pl.Int64), "send_start_ns", "recv_end_ns", "tag")
             .drop_nulls(["send_start_ns", "recv_end_ns"]).unique()
             .filter(pl.col("send_start_ns").is_between(lo, hi)
                     & pl.col("recv_end_ns").is_between(lo, hi)
                     & pl.col("src_rank").is_in(ranks) & pl.col("dst_rank").is_in(ranks)))
+
+
+def message_side(events: pl.DataFrame, msgs: pl.DataFrame, rank: str, t: str,
+                 prefix: str) -> pl.DataFrame:
+    """For each message of ``msgs`` (with row index ``m``) whose point ``t`` on rank
+    ``rank`` lies inside an MPI call of ``events``: m, ``{prefix}_track`` and
+    ``{prefix}_eid`` (the call)."""
+    import polars as pl
+
     mpi = (events.filter(pl.col("category") == "mpi")
            .select(pl.col("rank").cast(pl.Int64), pl.col("track_id").cast(pl.Int64),
                    "start_ns", pl.col("end_ns").alias("c_end"), "eid", "depth")
            .sort("start_ns"))
-
-    def side(rank: str, t: str, prefix: str) -> pl.DataFrame:
-        got = (msgs.with_row_index("m").sort(t).rename({rank: "rank"})
-               .join_asof(mpi.sort("depth").unique(["rank", "start_ns"], keep="first")
-                          .sort("start_ns"), left_on=t, right_on="start_ns",
-                          by="rank", strategy="backward", check_sortedness=False)
-               .filter(pl.col("c_end") >= pl.col(t)).sort("m"))
-        return got.select("m", pl.col("track_id").alias(f"{prefix}_track"),
-                          pl.col("eid").alias(f"{prefix}_eid"))
-
-    out = (msgs.with_row_index("m").join(side("src_rank", "send_start_ns", "send"), on="m")
-           .join(side("dst_rank", "recv_end_ns", "recv"), on="m"))
-    return out.select("src_rank", "dst_rank", "send_start_ns", "recv_end_ns",
-                      pl.col("send_track").cast(pl.Int64), pl.col("recv_track").cast(pl.Int64),
-                      pl.col("recv_eid").cast(pl.Int64))
+    got = (msgs.sort(t).rename({rank: "rank"})
+           .join_asof(mpi.sort("depth").unique(["rank", "start_ns"], keep="first")
+                      .sort("start_ns"), left_on=t, right_on="start_ns",
+                      by="rank", strategy="backward", check_sortedness=False)
+           .filter(pl.col("c_end") >= pl.col(t)).sort("m"))
+    return got.select("m", pl.col("track_id").alias(f"{prefix}_track"),
+                      pl.col("eid").alias(f"{prefix}_eid"))
 
 
 def extra_points(msgs: pl.DataFrame) -> pl.DataFrame:

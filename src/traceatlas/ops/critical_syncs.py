@@ -99,6 +99,7 @@ def sync_edges(b: Builder, dev: pl.DataFrame) -> dict[str, int]:
     c = _asof(ctx.sort("end_ns"), by_end, "end_ns", "d_end", ["rank"], "backward")
     counts["sync_context"] = _add(b, c, "ke", "sync_context")
     counts["fallback"] = int(fallback.height)
+    b.fallback_ranks = fallback["rank"].to_numpy().astype(np.int64)
     # Event producers: last activity launched on wait_stream before the record.
     by_launch = d.filter(pl.col("launch_ns").is_not_null()).sort("launch_ns")
     e = _asof(event_sync.rename({"wait_stream": "stream"}).sort("rec_ns"),
