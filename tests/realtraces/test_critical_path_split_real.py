@@ -12,6 +12,7 @@ import pytest
 import traceatlas
 from traceatlas.analysis import partitioned, registry
 from traceatlas.engine import LocalEngine
+from traceatlas.errors import InputError
 from traceatlas.testing.results import assert_same_result
 
 pytestmark = pytest.mark.realtrace
@@ -69,3 +70,32 @@ def test_one_step_in_batches(name: str, traces_dir: Path,
         steps = sorted(set(registry.run("steps", trace).table["step"].to_list()))
     assert steps
     _both(trace.select(step=steps[len(steps) // 2]), 1)
+
+
+@pytest.mark.parametrize(("name", "region"), [
+    ("gloo", "annotation:Optimizer.step#SGD.step:5"),
+    ("dlrm", "annotation:nccl:all_to_all:17"),
+])
+def test_annotation_region_in_batches(name: str, region: str, traces_dir: Path,
+                                      tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``region=annotation:NAME:I``: its instance found over every batch first."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trace = traceatlas.Trace(traceatlas.ingest(traces_dir / TRACES[name],
+                                                   tmp_path_factory.mktemp(name) / "s"))
+    analysis = registry.get_analysis("critical_path")
+    typed = registry.parse_params(analysis, {"region": region})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole = analysis.run(trace, typed)
+        split = partitioned.run_partitioned(analysis, trace, typed, LocalEngine(1),
+                                            ranks_per_task=1)
+    assert whole.table.height > 0
+    assert_same_result(split, whole)
+    missing = registry.parse_params(analysis, {"region": "annotation:no such thing"})
+    with pytest.raises(InputError) as here:
+        analysis.run(trace, missing)
+    with pytest.raises(type(here.value)) as there:
+        partitioned.run_partitioned(analysis, trace, missing, LocalEngine(1),
+                                    ranks_per_task=1)
+    assert str(there.value) == str(here.value)

@@ -100,10 +100,10 @@ class Context:
 
         ``view`` with the trace's own selections is the whole trace: the ``result``
         cache is shared (a result found there is returned; a new one is stored there).
-        Otherwise the analysis runs whole on ``view`` in this process
-        (``registry.run`` without the engine), or on the engine when its workers run
-        elsewhere (Dask: one task, or rank batches for a per-rank analysis). Errors
-        (``TraceAtlasError``, missing data included) propagate and are not cached."""
+        Otherwise the analysis runs on ``view`` on the engine (``registry.run``: rank
+        batches for a per-rank analysis, the critical path included; on Dask one task for
+        the others), or whole in this process without one. Errors (``TraceAtlasError``,
+        missing data included) propagate and are not cached."""
         from traceatlas.analysis import registry
 
         items = tuple(sorted(params.items()))
@@ -116,9 +116,7 @@ class Context:
             return whole
         key = (view.location, view.selections, name, items)
         if key not in self._views:
-            remote = self.engine if self.engine is not None and self.engine.runs_elsewhere \
-                else None  # a Dask worker runs it; else this process, whole
-            self._views[key] = registry.run(name, view, params, engine=remote)
+            self._views[key] = registry.run(name, view, params, engine=self.engine)
         return self._views[key]
 
     def result(self, name: str, **params: Any) -> Result | None:

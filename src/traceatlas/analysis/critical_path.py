@@ -72,9 +72,33 @@ class CriticalPath:
     """Passes before the map step in rank batches (``analysis/critical_split.py``)."""
 
     @staticmethod
+    def passes_for(params: Mapping[str, Any]) -> tuple[str, ...]:
+        """An annotation region: a first pass finds its instance over every batch."""
+        return ("region", "bounds", "stubs") if params.get("region") else ("bounds",
+                                                                            "stubs")
+
+    @staticmethod
+    def region(trace: Trace, params: Mapping[str, Any]) -> Result:
+        from traceatlas.analysis import critical_split
+
+        return critical_split.region(trace, params)
+
+    @staticmethod
+    def prepared_region(partials: Sequence[Result], params: Mapping[str, Any]
+                        ) -> dict[str, Any]:
+        from traceatlas.analysis import critical_split
+
+        return critical_split.prepared_region(partials, params)
+    ranks_per_task = 64
+    """Ranks per batch (at most ``partitioned.ROWS_PER_TASK`` stored rows, as for every
+    analysis): each batch costs three passes and a graph, so batches are filled by rows."""
+    whole_if_one_batch = True
+    """One batch of every rank: the whole run (the same result, one pass)."""
+
+    @staticmethod
     def partition_for(params: Mapping[str, Any]) -> str:
-        """In rank batches, except the what-if and an annotation region (run whole)."""
-        return "trace" if params.get("speedup") or params.get("region") else "rank"
+        """In rank batches, except the what-if (run whole)."""
+        return "trace" if params.get("speedup") else "rank"
 
     @staticmethod
     def bounds(trace: Trace, params: Mapping[str, Any]) -> Result:
@@ -243,23 +267,43 @@ def _unselected(trace: Trace) -> pl.LazyFrame:
 
 def _region(trace: Trace, region: str) -> tuple[int | None, int | None]:
     """(r0, r1) from ``region`` or the trace's selections (None: open side)."""
+    if region:
+        name, i = parse_region(region)
+        return region_instance(annotation_rows(trace, name), name, i)
+    return selection_region(trace)
+
+
+def parse_region(region: str) -> tuple[str, int]:
+    """(NAME, I) of ``annotation:NAME[:I]``."""
+    kind, _, rest = region.partition(":")
+    if kind != "annotation" or not rest:
+        raise InputError("--param region", f"expected annotation:NAME[:I], got "
+                         f"{region[:60]!r}")
+    name, _, idx = rest.rpartition(":")
+    if not name or not idx.isdigit():
+        name, idx = rest, "0"
+    return name, int(idx)
+
+
+def annotation_rows(trace: Trace, name: str) -> pl.DataFrame:
+    """start_ns, end_ns of the intervals named ``name``, in scan order."""
     import polars as pl
 
-    if region:
-        kind, _, rest = region.partition(":")
-        if kind != "annotation" or not rest:
-            raise InputError("--param region", f"expected annotation:NAME[:I], got "
-                             f"{region[:60]!r}")
-        name, _, idx = rest.rpartition(":")
-        if not name or not idx.isdigit():
-            name, idx = rest, "0"
-        rows = (trace.intervals.filter(pl.col("name").cast(pl.String) == name)
-                .select("start_ns", "end_ns").sort("start_ns").collect())
-        i = int(idx)
-        if i >= rows.height:
-            raise InputError("--param region", f"annotation {name[:60]!r} has "
-                             f"{rows.height} instance(s); instance {i} does not exist")
-        return int(rows["start_ns"][i]), int(rows["end_ns"][i])
+    return (trace.intervals.filter(pl.col("name").cast(pl.String) == name)
+            .select("start_ns", "end_ns").collect())
+
+
+def region_instance(rows: pl.DataFrame, name: str, i: int) -> tuple[int, int]:
+    """The ``i``-th of ``rows`` by start (ties: scan order)."""
+    rows = rows.sort("start_ns", maintain_order=True)
+    if i >= rows.height:
+        raise InputError("--param region", f"annotation {name[:60]!r} has "
+                         f"{rows.height} instance(s); instance {i} does not exist")
+    return int(rows["start_ns"][i]), int(rows["end_ns"][i])
+
+
+def selection_region(trace: Trace) -> tuple[int | None, int | None]:
+    """(r0, r1) of the trace's step and window selections (None: open side)."""
     r0: int | None = None
     r1: int | None = None
     for sel in trace.selections:

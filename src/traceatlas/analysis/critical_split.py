@@ -26,8 +26,10 @@ The merge picks the latest node over the batches (ties: ends of device work, the
 whole graph's highest node id: host chains before device nodes before instances, rank
 order within them), follows the walks across batches, and builds the tables with the
 whole run's functions. Edge counts and dropped edges are charged to the rank of the edge's
-destination (an instance: its last arrival), so each is counted once. The what-if
-(``speedup``) and ``region=annotation:...`` run whole. Times in ns.
+destination (an instance: its last arrival), so each is counted once. With
+``region=annotation:NAME[:I]`` a first pass (``region``) finds the instance over every
+batch. The what-if (``speedup``) runs whole: its forward pass would need a round over the
+batches per collective. Times in ns.
 """
 
 from __future__ import annotations
@@ -63,23 +65,48 @@ def _ranks_of(trace: Trace) -> tuple[int, ...]:
 
 # ---- pass 1: the region ---------------------------------------------------------------
 
-def bounds(trace: Trace, params: Mapping[str, Any]) -> Result:
-    """First start, last end, last end of the intervals starting at or after the
-    selection's start, and the ranks, of the batch's region intervals."""
+def region(trace: Trace, params: Mapping[str, Any]) -> Result:
+    """``region=annotation:NAME[:I]``: the batch's intervals named NAME (start, end)."""
+    from traceatlas.analysis.critical_path import annotation_rows, parse_region
+
+    name, _ = parse_region(str(params["region"]))
+    return Result(annotation_rows(trace, name), {}, [])
+
+
+def prepared_region(partials: Sequence[Result], params: Mapping[str, Any]
+                    ) -> dict[str, Any]:
+    """The region's ``r0``/``r1``: the I-th instance over every batch (rank order)."""
     import polars as pl
 
-    from traceatlas.analysis.critical_path import _region
+    from traceatlas.analysis.critical_path import parse_region, region_instance
+
+    name, i = parse_region(str(params["region"]))
+    rows = pl.concat([p.table for p in partials]) if partials else pl.DataFrame(
+        schema={"start_ns": pl.Int64, "end_ns": pl.Int64})
+    r0, r1 = region_instance(rows, name, i)
+    return {"r0": r0, "r1": r1}
+
+
+def bounds(trace: Trace, params: Mapping[str, Any]) -> Result:
+    """First start, last end, last end of the intervals starting at or after the
+    region's start, and the ranks, of the batch's region intervals."""
+    import polars as pl
+
+    from traceatlas.analysis.critical_path import selection_region
     from traceatlas.ops.critical_graph import region_frame
 
-    r0, r1 = _region(trace, "")
+    r0, r1 = (params["r0"], params["r1"]) if params.get("region") else \
+        selection_region(trace)
     frame = region_frame(trace.intervals, r0, r1)
     after = pl.col("start_ns") >= (r0 if r0 is not None else pl.col("start_ns").min())
     row = frame.select(pl.col("start_ns").min().alias("first"),
                        pl.col("end_ns").max().alias("last"),
                        pl.col("end_ns").filter(after).max().alias("last_after"),
-                       pl.len().alias("n")).collect().with_columns(
-        r0=pl.lit(r0, pl.Int64), r1=pl.lit(r1, pl.Int64))
-    ranks = frame.select(pl.col("rank").cast(pl.Int64).unique()).collect()
+                       pl.len().alias("n"),
+                       pl.col("rank").cast(pl.Int64).unique().implode().alias("ranks"),
+                       ).collect()
+    ranks = pl.DataFrame({"rank": row["ranks"][0]}, schema={"rank": pl.Int64})
+    row = row.drop("ranks").with_columns(r0=pl.lit(r0, pl.Int64), r1=pl.lit(r1, pl.Int64))
     return Result(row, {"ranks": ranks}, [])
 
 

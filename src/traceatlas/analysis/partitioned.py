@@ -327,11 +327,14 @@ def run_whole(analysis: Analysis, trace: Trace, params: Mapping[str, Any],
 
 
 def run_partitioned(analysis: Analysis, trace: Trace, params: Mapping[str, Any],
-                    engine: Engine, *, ranks_per_task: int = DEFAULT_RANKS_PER_TASK
-                    ) -> Result:
+                    engine: Engine, *, ranks_per_task: int | None = None) -> Result:
     """``analysis`` (declared ``partition = "rank"``) mapped over batches of the ranks of
     ``trace`` on ``engine``, reduced by its merge. ``params`` are typed (``parse_params``);
-    requirements are the caller's (``registry.run`` checks them on the whole view)."""
+    requirements are the caller's (``registry.run`` checks them on the whole view).
+    ``ranks_per_task``: the analysis' own ``ranks_per_task`` when it declares one, else
+    ``DEFAULT_RANKS_PER_TASK``; an analysis declaring ``whole_if_one_batch`` runs whole
+    when one batch holds every rank (``run_whole``: on a worker when the engine's run
+    elsewhere, else here)."""
     by = partition_of(analysis, params)
     if by not in PARTITIONS:
         raise ValueError(f"{analysis.name} is not declared partition = {RANK!r} or "
@@ -341,14 +344,19 @@ def run_partitioned(analysis: Analysis, trace: Trace, params: Mapping[str, Any],
         ranks = sorted(int(r) for r in trace.manifest["ranks"])
     if len(ranks) <= 1:
         return analysis.run(trace, params)
+    if ranks_per_task is None:
+        ranks_per_task = int(getattr(analysis, "ranks_per_task", DEFAULT_RANKS_PER_TASK))
     batches = trace_batches(trace, ranks, ranks_per_task)
+    if len(batches) == 1 and getattr(analysis, "whole_if_one_batch", False):
+        return run_whole(analysis, trace, params, engine) if engine.runs_elsewhere \
+            else analysis.run(trace, params)
 
     def tasks(step: str, given: Mapping[str, Any]) -> list[RankTask]:
         items = tuple(sorted(given.items()))
         return [RankTask(trace.location, trace.selections, batch, analysis.name, items, by,
                          step) for batch in batches]
 
-    for step in prepare_passes(analysis):  # first passes: what the map step needs
+    for step in prepare_passes(analysis, params):  # first passes: what the map step needs
         first = [p for p in engine.map(run_task, tasks(step, params)) if p is not None]
         combine = getattr(analysis, "prepared" if step == "prepare" else f"prepared_{step}")
         params = {**params, **combine(first, params)}
@@ -358,9 +366,14 @@ def run_partitioned(analysis: Analysis, trace: Trace, params: Mapping[str, Any],
     return merge(analysis, partials, params)
 
 
-def prepare_passes(analysis: Analysis) -> tuple[str, ...]:
-    """The passes run on every batch before the map step, in order: ``passes`` (each
-    combined by ``prepared_<pass>``), else ``prepare`` (``prepared``) when it has one."""
+def prepare_passes(analysis: Analysis, params: Mapping[str, Any] | None = None
+                   ) -> tuple[str, ...]:
+    """The passes run on every batch before the map step, in order: ``passes_for(params)``
+    or ``passes`` (each combined by ``prepared_<pass>``), else ``prepare`` (``prepared``)
+    when it has one."""
+    hook = getattr(analysis, "passes_for", None)
+    if hook is not None and params is not None:
+        return tuple(hook(params))
     declared: tuple[str, ...] | None = getattr(analysis, "passes", None)
     if declared is not None:
         return tuple(declared)
