@@ -23,6 +23,7 @@ from traceatlas.analysis.partitioned import (
     is_partitioned,
     merge,
     partition_of,
+    prepare_passes,
     rank_batches,
     run_partitioned,
     run_task,
@@ -87,16 +88,20 @@ def _same(got: Result, want: Result, what: str) -> None:
 
 def _check_all(trace: traceatlas.Trace, engine: Engine, ranks_per_task: int) -> list[str]:
     """All cases of ``trace`` in one engine map (one pool for all), merged per analysis;
-    analyses with a first pass (``prepare``) through ``run_partitioned`` each."""
+    analyses with first passes (``prepare``, ``passes``) through ``run_partitioned`` each."""
     cases = _cases(trace)
     tasks, owner = [], []
     checked = []
-    for name, typed in [c for c in cases if hasattr(registry.get_analysis(c[0]), "prepare")]:
+
+    def passes(case: tuple[str, dict[str, Any]]) -> bool:
+        return bool(prepare_passes(registry.get_analysis(case[0]), case[1]))
+
+    for name, typed in [c for c in cases if passes(c)]:
         analysis = registry.get_analysis(name)
         got = run_partitioned(analysis, trace, typed, engine, ranks_per_task=ranks_per_task)
         _same(got, analysis.run(trace, typed), f"{name} {typed}")
         checked.append(name)
-    cases = [c for c in cases if not hasattr(registry.get_analysis(c[0]), "prepare")]
+    cases = [c for c in cases if not passes(c)]
     for i, (name, typed) in enumerate(cases):
         by = partition_of(registry.get_analysis(name), typed)
         ranks = sorted(map(int, trace.manifest["ranks"])) if by == MESSAGE else trace.ranks
