@@ -20,6 +20,8 @@ from traceatlas.testing.builder import Collective, TraceBuilder, write_multi_ran
 from traceatlas.testing.mpi import write_mpi_trace
 from traceatlas.testing.results import assert_same_result
 
+GLOO_TID = 77
+"""gloo's runloop thread."""
 DURS = (1_000, 2_000, 3_000)
 """Kernel durations (ns): few values, so ranks tie."""
 
@@ -98,3 +100,30 @@ def test_batched_equals_whole_on_mpi_programs(ranks: int, iterations: int,
 def _edges(trace: traceatlas.Trace, kind: str) -> int:
     deps = registry.run("critical_path", trace).extra["dependencies"]
     return int(dict(deps.iter_rows())[kind])
+
+
+@settings(max_examples=10, deadline=None)
+@given(work=st.lists(st.tuples(st.sampled_from((1_000, 4_000)), st.sampled_from((300, 900)),
+                               st.sampled_from((200, 400))), min_size=2, max_size=4))
+def test_batched_equals_whole_on_gloo_threads(work: list[tuple[int, int, int]]) -> None:
+    """DDP over gloo (``test_critical_path_host_coll``'s layout): each rank computes for
+    c, enqueues, and gloo's thread runs the record with a copy in (i ns) and a copy out
+    (o ns): the arrival is the record's longest own stretch, so the other ranks' records
+    travel with the calls inside them."""
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        builders = []
+        for r, (c, i, o) in enumerate(work):
+            b = TraceBuilder(rank=r, world_size=len(work), backend="gloo",
+                             profiler_markers=False)
+            b.cpu_op("compute", 0, c)
+            b.cpu_op("c10d::allreduce_", c, c + 100)
+            b.annotation("gloo:all_reduce", c + 200, 8_000, tid=GLOO_TID)
+            b.cpu_op("aten::copy_", c + 200, c + 200 + i, tid=GLOO_TID)
+            b.cpu_op("aten::copy_", 7_900 - o, 7_900, tid=GLOO_TID)
+            b.cpu_op("consume", 8_300, 8_900 - 100 * r)
+            builders.append(b)
+        write_multi_rank(Path(tmp) / "run", builders)
+        trace = traceatlas.open(Path(tmp) / "run")
+        assert _edges(trace, "host_collectives") == 1
+        _compare(trace)

@@ -151,13 +151,18 @@ def stubs(trace: Trace, params: Mapping[str, Any]) -> Result:
     name = events["name"]
     host = ~events["category"].is_in(NOT_HOST)
     work = host & name_matches(name, HOST_WORK_RE).fill_null(value=False)
-    recs = events.filter(work).select("rank", "track_id", "depth",
+    # the calls inside a record (its chain points): the latest record of the thread
+    # starting at or before the call, still open at its start, shallower
+    recs = events.filter(work).select("rank", "track_id", pl.col("depth").alias("r_depth"),
                                       pl.col("start_ns").alias("r_start"),
-                                      pl.col("end_ns").alias("r_end"))
-    inside = events.select("eid", "rank", "track_id", "depth", "start_ns", "end_ns").filter(
-        host).join(recs, on=["rank", "track_id"]).filter(
-        (pl.col("depth") > pl.col("depth_right")) & (pl.col("start_ns") <= pl.col("r_end"))
-        & (pl.col("end_ns") >= pl.col("r_start")))["eid"].unique()
+                                      pl.col("end_ns").alias("r_end")).sort("r_start")
+    inside = (events.filter(host).select("eid", "rank", "track_id", "depth", "start_ns")
+              .sort("start_ns")
+              .join_asof(recs, left_on="start_ns", right_on="r_start",
+                         by=["rank", "track_id"], strategy="backward",
+                         check_sortedness=False)
+              .filter((pl.col("depth") > pl.col("r_depth"))
+                      & (pl.col("start_ns") <= pl.col("r_end")))["eid"])
     keep = ((events["category"] == "comm_kernel")
             | ((events["category"] == "mpi") & ~name_matches(name, r"(?i)^MPI_I")
                & (events["collective"].is_not_null() | name_matches(name, SYNC_COLLECTIVE)))
