@@ -72,9 +72,11 @@ def _uses_fast(anchor: Path, monkeypatch: pytest.MonkeyPatch) -> bool:
         return result
 
     monkeypatch.setattr("traceatlas.io.otf2.build", spy)
+    reader = Otf2Reader()
+    reader.isolate = False  # the spy is in this process
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        Otf2Reader().read(Source(str(anchor)))
+        reader.read(Source(str(anchor)))
     return taken == [True]
 
 

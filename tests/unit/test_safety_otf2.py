@@ -108,6 +108,7 @@ def test_a_key_error_from_damaged_definitions_is_one_line(
         raise KeyError(0)
 
     monkeypatch.setattr(reader_module, "_layout", broken)
+    monkeypatch.setattr(reader_module.Otf2Reader, "isolate", False)  # the patch is here
     copy = tmp_path / "k"
     shutil.copytree(archive.parent, copy)
     result = CliRunner().invoke(app, ["info", str(copy / "traces.otf2")])

@@ -34,9 +34,9 @@ from traceatlas.errors import CorruptTraceError, DataQualityWarning, Unsupported
 from traceatlas.io.otf2_events import Collector, LocInfo, enum_name
 from traceatlas.io.otf2_fast import FastResult, build
 from traceatlas.io.otf2_fast import tables as fast_tables
+from traceatlas.io.otf2_isolated import isolated
 from traceatlas.io.otf2_local import local_part
 from traceatlas.io.otf2_parallel import PARALLEL_MIN_EVENTS, read_parallel, worth_it
-from traceatlas.io.otf2_probe import check_opens
 from traceatlas.io.otf2_raw import read_raw
 from traceatlas.io.reading import RankData
 from traceatlas.io.sources import Source
@@ -105,10 +105,18 @@ class Otf2Reader:
         """An ``.otf2`` file name (the anchor); its content is checked by ``read``."""
         return source.file_name.endswith(".otf2")
 
+    isolate = True
+    """Read in a child process (``otf2_isolated``): the C library may abort() on a damaged
+    archive. False: in this process (the child itself, and tests of the reader)."""
+
     def read(self, source: Source, *, threads: int = 1) -> list[RankData]:
         """Parse the archive: one ``RankData`` per process location group (times in ns)."""
         anchor = _check_anchor(source)
-        check_opens(source.display, anchor)  # the C library may abort() on damaged files
+        if self.isolate:
+            return isolated(source.display, _read_here, self, source, threads)
+        return self._read(source, anchor, threads)
+
+    def _read(self, source: Source, anchor: str, threads: int) -> list[RankData]:
         captured: list[str] = []
         try:
             with _c_stderr(captured):
@@ -171,6 +179,11 @@ class Otf2Reader:
                 host=layout.hosts.get(rank),
             ))
         return result
+
+
+def _read_here(reader: Otf2Reader, source: Source, threads: int) -> list[RankData]:
+    """``reader.read`` in this process (the isolated child's entry point)."""
+    return reader._read(source, _check_anchor(source), threads)
 
 
 def _warn(message: str) -> None:

@@ -1,0 +1,51 @@
+"""The OTF2 reader runs in a child process (``io/otf2_isolated.py``): a C-library crash
+there is a refusal naming the archive, not the end of this process; results, errors and
+data-quality warnings come back as an in-process read gives them."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+
+from traceatlas.errors import CorruptTraceError, DataQualityWarning, InputError
+from traceatlas.io.otf2_isolated import isolated
+
+
+def _abort() -> None:
+    os.abort()
+
+
+def _exit() -> None:
+    os._exit(3)
+
+
+def _raise() -> None:
+    raise InputError("x.otf2", "a damaged definition")
+
+
+def _warn_and_return(value: int) -> int:
+    warnings.warn("clipped 2 events", DataQualityWarning, stacklevel=1)
+    warnings.warn("a library's own", DeprecationWarning, stacklevel=1)
+    return value * 2
+
+
+def test_a_crash_in_the_child_is_a_refusal_naming_the_archive() -> None:
+    with pytest.raises(CorruptTraceError, match=r"^run/x\.otf2: the OTF2 library crashed "
+                       r"\(SIGABRT\)"):
+        isolated("run/x.otf2", _abort)
+    with pytest.raises(CorruptTraceError, match=r"ended \(exit code 3\)"):
+        isolated("run/x.otf2", _exit)
+    assert isolated("run/x.otf2", abs, -4) == 4  # this process goes on
+
+
+def test_errors_and_warnings_come_back() -> None:
+    with pytest.raises(InputError) as got:
+        isolated("x.otf2", _raise)
+    assert str(got.value) == "x.otf2: a damaged definition"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert isolated("x.otf2", _warn_and_return, 21) == 42
+    assert [(str(w.message), w.category) for w in caught] == [
+        ("clipped 2 events", DataQualityWarning)]  # not the libraries' deprecations
