@@ -5,12 +5,15 @@ data-quality warnings come back as an in-process read gives them."""
 from __future__ import annotations
 
 import os
+import tempfile
 import warnings
 
+import pyarrow as pa
 import pytest
 
 from traceatlas.errors import CorruptTraceError, DataQualityWarning, InputError
 from traceatlas.io.otf2_isolated import isolated
+from traceatlas.tempfiles import staging_prefix
 
 
 def _abort() -> None:
@@ -31,6 +34,16 @@ def _warn_and_return(value: int) -> int:
     return value * 2
 
 
+def _leftovers() -> list[str]:
+    return [n for n in os.listdir(tempfile.gettempdir())
+            if n.startswith(staging_prefix("otftables"))]
+
+
+def _table(n: int) -> pa.Table:
+    big = pa.table({"x": list(range(1000)), "s": [str(i) for i in range(1000)]})
+    return big.slice(10, n)  # a slice: its own pickle would carry the whole buffers
+
+
 def test_a_crash_in_the_child_is_a_refusal_naming_the_archive() -> None:
     with pytest.raises(CorruptTraceError, match=r"^run/x\.otf2: the OTF2 library crashed "
                        r"\(SIGABRT\)"):
@@ -38,6 +51,14 @@ def test_a_crash_in_the_child_is_a_refusal_naming_the_archive() -> None:
     with pytest.raises(CorruptTraceError, match=r"ended \(exit code 3\)"):
         isolated("run/x.otf2", _exit)
     assert isolated("run/x.otf2", abs, -4) == 4  # this process goes on
+    assert _leftovers() == []
+
+
+def test_tables_come_back_mapped_and_the_directory_goes() -> None:
+    got = isolated("x.otf2", _table, 5)
+    assert got.equals(_table(5)) and got.num_rows == 5
+    assert got.column("s").to_pylist() == ["10", "11", "12", "13", "14"]
+    assert _leftovers() == []  # the files are removed; the mapped tables stay readable
 
 
 def test_errors_and_warnings_come_back() -> None:
