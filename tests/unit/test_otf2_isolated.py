@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import tempfile
 import warnings
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -70,3 +71,25 @@ def test_errors_and_warnings_come_back() -> None:
         assert isolated("x.otf2", _warn_and_return, 21) == 42
     assert [(str(w.message), w.category) for w in caught] == [
         ("clipped 2 events", DataQualityWarning)]  # not the libraries' deprecations
+
+
+def test_an_archive_ingests_on_a_dask_worker(tmp_path: Path) -> None:
+    """A Dask worker is a daemonic process (no multiprocessing children): the reader's
+    child is a subprocess, so an OTF2 archive ingests there as it does here."""
+    pytest.importorskip("distributed")
+    import traceatlas
+    from traceatlas.engine.dask import DaskEngine
+    from traceatlas.testing.otf2 import write_otf2
+
+    anchor = write_otf2(tmp_path / "a", {0: [("main", 0, 100), ("MPI_Send", 10, 20)],
+                                         1: [("main", 0, 100), ("MPI_Recv", 10, 25)]})
+    here = traceatlas.Trace(traceatlas.ingest(anchor, tmp_path / "here"))
+    engine = DaskEngine(n_workers=1)
+    try:
+        there = traceatlas.Trace(traceatlas.ingest(anchor, tmp_path / "there", engine=engine))
+    finally:
+        engine.close()
+    assert there.ranks == here.ranks == [0, 1]
+    cols = ["rank", "name", "start_ns", "end_ns"]
+    assert there.intervals.select(cols).collect().sort(cols).equals(
+        here.intervals.select(cols).collect().sort(cols))
