@@ -99,3 +99,27 @@ def test_annotation_region_in_batches(name: str, region: str, traces_dir: Path,
         partitioned.run_partitioned(analysis, trace, missing, LocalEngine(1),
                                     ranks_per_task=1)
     assert str(there.value) == str(here.value)
+
+
+def test_batches_on_a_dask_cluster(traces_dir: Path,
+                                   tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The three passes and the merge on a LocalCluster of 2 worker processes (the
+    batches' stubs and walks travel as task parameters and results)."""
+    pytest.importorskip("distributed")
+    from traceatlas.engine.dask import DaskEngine
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trace = traceatlas.Trace(traceatlas.ingest(traces_dir / TRACES["dlrm"],
+                                                   tmp_path_factory.mktemp("dd") / "s"))
+    analysis = registry.get_analysis("critical_path")
+    typed = registry.parse_params(analysis, {})
+    engine = DaskEngine(n_workers=2)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            split = partitioned.run_partitioned(analysis, trace, typed, engine,
+                                                ranks_per_task=3)
+    finally:
+        engine.close()
+    assert_same_result(split, analysis.run(trace, typed))

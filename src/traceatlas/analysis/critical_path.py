@@ -96,6 +96,15 @@ class CriticalPath:
     """One batch of every rank: the whole run (the same result, one pass)."""
 
     @staticmethod
+    def whole_after(params: Mapping[str, Any]) -> bool:
+        """After the bounds pass: a region of at most ``ROWS_PER_TASK`` intervals over
+        every rank (a step, a window) runs whole, as one batch would."""
+        from traceatlas.analysis.partitioned import ROWS_PER_TASK
+
+        rows = params.get("region_rows")
+        return rows is not None and int(rows) <= ROWS_PER_TASK
+
+    @staticmethod
     def partition_for(params: Mapping[str, Any]) -> str:
         """In rank batches, except the what-if (run whole)."""
         return "trace" if params.get("speedup") else "rank"

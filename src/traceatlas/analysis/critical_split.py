@@ -117,7 +117,7 @@ def prepared_bounds(partials: Sequence[Result], params: Mapping[str, Any]) -> di
     rows = [p.table.row(0, named=True) for p in partials if p.table.height
             and p.table["n"][0]]
     if not rows:
-        return {"lo": None}
+        return {"lo": None, "region_rows": 0}
     r0, r1 = rows[0]["r0"], rows[0]["r1"]  # the selections' (the same in every batch)
     first = min(int(r["first"]) for r in rows)
     lo = first if r0 is None else r0
@@ -129,7 +129,7 @@ def prepared_bounds(partials: Sequence[Result], params: Mapping[str, Any]) -> di
     last = max(int(r["last"]) for r in rows)
     ranks = sorted({int(x) for p in partials for x in p.extra["ranks"]["rank"]})
     return {"lo": lo, "hi": hi, "span": (min(max(first, lo), hi), min(max(last, lo), hi)),
-            "region_ranks": tuple(ranks)}
+            "region_ranks": tuple(ranks), "region_rows": sum(int(r["n"]) for r in rows)}
 
 
 # ---- pass 2: what other batches need -----------------------------------------------

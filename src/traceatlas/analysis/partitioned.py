@@ -334,7 +334,9 @@ def run_partitioned(analysis: Analysis, trace: Trace, params: Mapping[str, Any],
     ``ranks_per_task``: the analysis' own ``ranks_per_task`` when it declares one, else
     ``DEFAULT_RANKS_PER_TASK``; an analysis declaring ``whole_if_one_batch`` runs whole
     when one batch holds every rank (``run_whole``: on a worker when the engine's run
-    elsewhere, else here)."""
+    elsewhere, else here), and one declaring ``whole_after(params)`` when that says so
+    after a first pass (the size of a step it found); not with a ``ranks_per_task``
+    given here."""
     by = partition_of(analysis, params)
     if by not in PARTITIONS:
         raise ValueError(f"{analysis.name} is not declared partition = {RANK!r} or "
@@ -344,12 +346,18 @@ def run_partitioned(analysis: Analysis, trace: Trace, params: Mapping[str, Any],
         ranks = sorted(int(r) for r in trace.manifest["ranks"])
     if len(ranks) <= 1:
         return analysis.run(trace, params)
+    chosen = ranks_per_task is not None  # a caller's batch size: no whole-run shortcut
     if ranks_per_task is None:
         ranks_per_task = int(getattr(analysis, "ranks_per_task", DEFAULT_RANKS_PER_TASK))
     batches = trace_batches(trace, ranks, ranks_per_task)
+    given = params
+
+    def whole() -> Result:
+        return run_whole(analysis, trace, given, engine) if engine.runs_elsewhere \
+            else analysis.run(trace, given)
+
     if len(batches) == 1 and getattr(analysis, "whole_if_one_batch", False):
-        return run_whole(analysis, trace, params, engine) if engine.runs_elsewhere \
-            else analysis.run(trace, params)
+        return whole()
 
     def tasks(step: str, given: Mapping[str, Any]) -> list[RankTask]:
         items = tuple(sorted(given.items()))
@@ -360,6 +368,9 @@ def run_partitioned(analysis: Analysis, trace: Trace, params: Mapping[str, Any],
         first = [p for p in engine.map(run_task, tasks(step, params)) if p is not None]
         combine = getattr(analysis, "prepared" if step == "prepare" else f"prepared_{step}")
         params = {**params, **combine(first, params)}
+        small = getattr(analysis, "whole_after", None)
+        if small is not None and not chosen and small(params):
+            return whole()  # what the passes found fits one batch: the whole run
     partials = [p for p in engine.map(run_task, tasks("partial", params)) if p is not None]
     if not partials:  # no batch has the data: the whole run raises the missing-data error
         return analysis.run(trace, params)
