@@ -36,11 +36,12 @@ gain_ns, gain_pct). Times in ns.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from traceatlas.analysis import critical_split as split
 from traceatlas.analysis.base import Param, Result
 from traceatlas.errors import InputError
 
@@ -68,32 +69,27 @@ class CriticalPath:
               "the selection (--step/--window) or the whole trace"),
     )
     requires: tuple[str, ...] = ()
+    # In rank batches (``analysis/critical_split.py``): the passes, the map step, the merge.
     passes = ("bounds", "stubs")
-    """Passes before the map step in rank batches (``analysis/critical_split.py``)."""
+    ranks_per_task = 64
+    """Ranks per batch (at most ``partitioned.ROWS_PER_TASK`` stored rows, as for every
+    analysis): each batch costs three passes and a graph, so batches are filled by rows."""
+    whole_if_one_batch = True
+    """One batch of every rank: the whole run (the same result, one pass)."""
+    region = staticmethod(split.region)
+    prepared_region = staticmethod(split.prepared_region)
+    bounds = staticmethod(split.bounds)
+    prepared_bounds = staticmethod(split.prepared_bounds)
+    stubs = staticmethod(split.stubs)
+    prepared_stubs = staticmethod(split.prepared_stubs)
+    partial = staticmethod(split.partial)
+    merge = staticmethod(split.merge)
 
     @staticmethod
     def passes_for(params: Mapping[str, Any]) -> tuple[str, ...]:
         """An annotation region: a first pass finds its instance over every batch."""
         return ("region", "bounds", "stubs") if params.get("region") else ("bounds",
                                                                             "stubs")
-
-    @staticmethod
-    def region(trace: Trace, params: Mapping[str, Any]) -> Result:
-        from traceatlas.analysis import critical_split
-
-        return critical_split.region(trace, params)
-
-    @staticmethod
-    def prepared_region(partials: Sequence[Result], params: Mapping[str, Any]
-                        ) -> dict[str, Any]:
-        from traceatlas.analysis import critical_split
-
-        return critical_split.prepared_region(partials, params)
-    ranks_per_task = 64
-    """Ranks per batch (at most ``partitioned.ROWS_PER_TASK`` stored rows, as for every
-    analysis): each batch costs three passes and a graph, so batches are filled by rows."""
-    whole_if_one_batch = True
-    """One batch of every rank: the whole run (the same result, one pass)."""
 
     @staticmethod
     def whole_after(params: Mapping[str, Any]) -> bool:
@@ -108,44 +104,6 @@ class CriticalPath:
     def partition_for(params: Mapping[str, Any]) -> str:
         """In rank batches, except the what-if (run whole)."""
         return "trace" if params.get("speedup") else "rank"
-
-    @staticmethod
-    def bounds(trace: Trace, params: Mapping[str, Any]) -> Result:
-        from traceatlas.analysis import critical_split
-
-        return critical_split.bounds(trace, params)
-
-    @staticmethod
-    def prepared_bounds(partials: Sequence[Result], params: Mapping[str, Any]
-                        ) -> dict[str, Any]:
-        from traceatlas.analysis import critical_split
-
-        return critical_split.prepared_bounds(partials, params)
-
-    @staticmethod
-    def stubs(trace: Trace, params: Mapping[str, Any]) -> Result:
-        from traceatlas.analysis import critical_split
-
-        return critical_split.stubs(trace, params)
-
-    @staticmethod
-    def prepared_stubs(partials: Sequence[Result], params: Mapping[str, Any]
-                       ) -> dict[str, Any]:
-        from traceatlas.analysis import critical_split
-
-        return critical_split.prepared_stubs(partials, params)
-
-    @staticmethod
-    def partial(trace: Trace, params: Mapping[str, Any]) -> Result:
-        from traceatlas.analysis import critical_split
-
-        return critical_split.partial(trace, params)
-
-    @staticmethod
-    def merge(partials: Sequence[Result], params: Mapping[str, Any]) -> Result:
-        from traceatlas.analysis import critical_split
-
-        return critical_split.merge(partials, params)
 
     def run(self, trace: Trace, params: Mapping[str, Any]) -> Result:
         """Build the graph of the region, find the path, apply the what-if."""

@@ -35,6 +35,15 @@ on a LocalCluster or a scheduler). An analysis opts in with a class attribute:
     trace span its bins divide): ``prepare`` runs on each batch, ``prepared`` combines the
     answers into parameters added to ``params`` for the map step and the merge.
 
+``passes`` / ``passes_for(params)`` and ``prepared_<pass>(partials, params) -> dict``
+    (optional) Several first passes in order, each run on every batch and combined into
+    parameters for the next (``critical_path``: the region, then the cross-rank stubs).
+
+``ranks_per_task``, ``whole_if_one_batch``, ``whole_after(params) -> bool`` (optional)
+    The analysis' own batch size (still at most ``ROWS_PER_TASK`` rows a batch); run whole
+    when one batch holds every rank, or when a first pass found the work small (these
+    shortcuts are off when the caller gives ``ranks_per_task``).
+
 ``merge(partials, params) -> Result`` (optional)
     The reduce step, for analyses whose result is not the plain concatenation (summary
     rows that combine ranks, a table order that is not rank-first). Without it:
@@ -394,7 +403,8 @@ def prepare_passes(analysis: Analysis, params: Mapping[str, Any] | None = None
 def can_run_together(analysis: Analysis, param_sets: Sequence[Mapping[str, Any]]) -> bool:
     """True when ``analysis`` has a ``partials`` hook, no first pass, and every one of the
     (typed) ``param_sets`` runs per rank."""
-    return (hasattr(analysis, "partials") and not hasattr(analysis, "prepare")
+    return (hasattr(analysis, "partials")
+            and not any(prepare_passes(analysis, p) for p in param_sets)
             and all(partition_of(analysis, p) == RANK for p in param_sets))
 
 
