@@ -76,6 +76,8 @@ def _run(display: str, tables: str, fn: Callable[..., T], args: tuple[Any, ...])
                else f"ended (exit code {code})")
         raise CorruptTraceError(display, f"the OTF2 library {how} reading the archive: "
                                 "a damaged anchor, definitions or event file") from None
+    finally:
+        _MAPS.clear()  # the tables keep the map alive, not this module
     for message, category in caught:
         warnings.warn(message, category, stacklevel=3)
     if not ok:
@@ -97,34 +99,55 @@ def child_main() -> None:
             out = (False, exc)
     # the data-quality notes (UserWarning and below), not the libraries' deprecations
     caught = [(str(w.message), w.category) for w in got if issubclass(w.category, UserWarning)]
+    import pyarrow as pa
+
+    path = os.path.join(os.environ["TRACEATLAS_ISOLATED_DIR"], "tables.arrow")
     with os.fdopen(fd, "wb") as conn:
-        _TablePickler(conn, protocol=pickle.HIGHEST_PROTOCOL).dump((*out, caught))
+        with pa.OSFile(path, "wb") as sink:
+            data = _dumps(out, caught, sink, path)
+        conn.write(data)
+
+
+def _dumps(out: tuple[bool, Any], caught: list[Any], sink: Any, path: str) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    _TablePickler(buf, sink, path).dump((*out, caught))
+    return buf.getvalue()
 
 
 class _TablePickler(pickle.Pickler):
-    """Arrow tables as Arrow IPC files in the parent's directory, mapped there without a
-    copy: a table's own pickle carries the whole buffers of the arrays it slices (every
-    rank's table is a slice of one read), and the pipe copies what it carries twice
-    (10 M events: ~2.7 s of ~11)."""
+    """Arrow tables as IPC streams appended to one file in the parent's directory, mapped
+    there without a copy: a table's own pickle carries the whole buffers of the arrays it
+    slices (every rank's table is a slice of one read), and the pipe copies what it
+    carries twice (10 M events: ~2.7 s of ~11); one file, not one per table (an archive
+    of 64 ranks has ~450 tables)."""
 
-    count = 0
+    def __init__(self, conn: Any, sink: Any, path: str) -> None:
+        super().__init__(conn, protocol=pickle.HIGHEST_PROTOCOL)
+        self.sink, self.path = sink, path
 
     def reducer_override(self, obj: Any) -> Any:
         import pyarrow as pa
 
         if isinstance(obj, pa.Table):
-            path = os.path.join(os.environ["TRACEATLAS_ISOLATED_DIR"], f"{self.count}.arrow")
-            self.count += 1
-            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, obj.schema) as out:
+            at = self.sink.tell()
+            with pa.ipc.new_stream(self.sink, obj.schema) as out:
                 out.write_table(obj)
-            return _mapped_table, (path,)
+            return _mapped_table, (self.path, at, self.sink.tell() - at)
         return NotImplemented
 
 
-def _mapped_table(path: str) -> Any:
-    """The table of an IPC file, memory-mapped (it stays readable once the file is
-    removed)."""
+_MAPS: dict[str, Any] = {}
+"""The result file's memory map while one answer is unpickled (``_run`` clears it)."""
+
+
+def _mapped_table(path: str, at: int, size: int) -> Any:
+    """The table of the IPC stream at ``at`` (``size`` bytes) of ``path``, on its memory
+    map (it stays readable once the file is removed)."""
     import pyarrow as pa
 
-    with pa.memory_map(path) as source:
-        return pa.ipc.open_file(source).read_all()
+    if path not in _MAPS:
+        with pa.memory_map(path) as source:
+            _MAPS[path] = source.read_buffer()
+    return pa.ipc.open_stream(_MAPS[path].slice(at, size)).read_all()
