@@ -89,6 +89,9 @@ def _run(display: str, tables: str, fn: Callable[..., T], args: tuple[Any, ...])
 def child_main() -> None:
     """The child's side: read (fn, args) from stdin, run, send (ok, result or
     exception, warnings) on the inherited descriptor ``TRACEATLAS_ISOLATED_FD``."""
+    # Ctrl-C reaches the whole process group: the parent handles it (and kills this
+    # child), so no second traceback comes from here
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     fd = int(os.environ.pop("TRACEATLAS_ISOLATED_FD"))
     fn, args = pickle.load(sys.stdin.buffer)
     with warnings.catch_warnings(record=True) as got:
