@@ -10,6 +10,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -127,3 +128,33 @@ def test_batched_equals_whole_on_gloo_threads(work: list[tuple[int, int, int]]) 
         trace = traceatlas.open(Path(tmp) / "run")
         assert _edges(trace, "host_collectives") == 1
         _compare(trace)
+
+
+def test_a_small_region_runs_whole_after_the_bounds_pass(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the analysis' own batching, a region of at most ROWS_PER_TASK intervals
+    (here: every region) runs whole once the bounds pass has counted it; with the limit
+    at 0 the batches run. Both give the whole run's result."""
+    from traceatlas.analysis import critical_path, critical_split
+
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trace = _write_gpu(Path(tmp), [[(1_000, 0, False)], [(2_000, 0, True)]])
+        monkeypatch.setattr(critical_path.CriticalPath, "ranks_per_task", 1)
+        maps: list[str] = []
+        real = critical_split.partial
+
+        def spy(view: traceatlas.Trace, params: dict[str, object]) -> object:
+            maps.append("partial")
+            return real(view, params)
+
+        monkeypatch.setattr(critical_path.CriticalPath, "partial", staticmethod(spy))
+        want = registry.get_analysis("critical_path").run(
+            trace, registry.parse_params(registry.get_analysis("critical_path"), {}))
+        got = registry.run("critical_path", trace, {}, engine=LocalEngine(1))
+        assert maps == []  # whole after the bounds pass
+        assert_same_result(got, want)
+        monkeypatch.setattr(partitioned, "ROWS_PER_TASK", 0)
+        got = registry.run("critical_path", trace, {}, engine=LocalEngine(1))
+        assert maps == ["partial", "partial"]  # one batch per rank
+        assert_same_result(got, want)
