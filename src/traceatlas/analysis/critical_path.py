@@ -83,6 +83,7 @@ class CriticalPath:
     stubs = staticmethod(split.stubs)
     prepared_stubs = staticmethod(split.prepared_stubs)
     partial = staticmethod(split.partial)
+    batch_params = staticmethod(split.batch_params)
     merge = staticmethod(split.merge)
 
     @staticmethod

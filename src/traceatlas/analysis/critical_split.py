@@ -216,6 +216,23 @@ def prepared_stubs(partials: Sequence[Result], params: Mapping[str, Any]) -> dic
 
 # ---- pass 3: the batch's graph and its walks ----------------------------------------
 
+def batch_params(params: Mapping[str, Any], batch: tuple[int, ...]) -> dict[str, Any]:
+    """The map step's parameters for ``batch``: the messages with a side in it and the
+    other ranks' cross-rank intervals (not every message and every rank's stubs)."""
+    import polars as pl
+
+    out = dict(params)
+    ranks = list(batch)
+    msgs = params.get("messages")
+    if msgs is not None and msgs.height:
+        out["messages"] = msgs.filter(pl.col("src_rank").is_in(ranks)
+                                      | pl.col("dst_rank").is_in(ranks))
+    cross = params.get("cross")
+    if cross is not None and cross.height:
+        out["cross"] = cross.filter(~pl.col("rank").cast(pl.Int64).is_in(ranks))
+    return out
+
+
 def partial(trace: Trace, params: Mapping[str, Any]) -> Result:
     """The batch's walks (``nodes``), entry points (``entries``), participants' waits at
     instances (``waits``), instances per last-arrival rank (``every``), edge counts

@@ -39,6 +39,10 @@ on a LocalCluster or a scheduler). An analysis opts in with a class attribute:
     (optional) Several first passes in order, each run on every batch and combined into
     parameters for the next (``critical_path``: the region, then the cross-rank stubs).
 
+``batch_params(params, batch) -> dict`` (optional)
+    The map step's parameters for one batch (what the first passes found, cut to what
+    that batch needs: ``critical_path`` sends each batch the messages of its ranks).
+
 ``ranks_per_task``, ``whole_if_one_batch``, ``whole_after(params) -> bool`` (optional)
     The analysis' own batch size (still at most ``ROWS_PER_TASK`` rows a batch); run whole
     when one batch holds every rank, or when a first pass found the work small (these
@@ -368,10 +372,15 @@ def run_partitioned(analysis: Analysis, trace: Trace, params: Mapping[str, Any],
     if len(batches) == 1 and getattr(analysis, "whole_if_one_batch", False):
         return whole()
 
+    own = getattr(analysis, "batch_params", None)
+
     def tasks(step: str, given: Mapping[str, Any]) -> list[RankTask]:
-        items = tuple(sorted(given.items()))
-        return [RankTask(trace.location, trace.selections, batch, analysis.name, items, by,
-                         step) for batch in batches]
+        def items(batch: tuple[int, ...]) -> tuple[tuple[str, Any], ...]:
+            mine = own(given, batch) if own is not None and step == "partial" else given
+            return tuple(sorted(mine.items()))
+
+        return [RankTask(trace.location, trace.selections, batch, analysis.name,
+                         items(batch), by, step) for batch in batches]
 
     for step in prepare_passes(analysis, params):  # first passes: what the map step needs
         first = [p for p in engine.map(run_task, tasks(step, params)) if p is not None]
