@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 
 EXIT_NONE, EXIT_INST, EXIT_MSG = 0, 1, 2
 """How a walk leaves a batch: the region's source, an instance node, a message."""
+_EDGE_KIND = {"host_wakeups": "wakeup", "handoffs": "handoff"}
+"""``dependencies`` rows named otherwise than the edge kind they count."""
 _KEY_SHIFT = 32
 """An owner event's key across batches: rank << 32 | its row in the batch's events."""
 
@@ -246,17 +248,18 @@ def partial(trace: Trace, params: Mapping[str, Any]) -> Result:
     if params.get("lo") is None:
         raise MissingDataError("critical_path", "no intervals in the region")
     lo, hi = int(params["lo"]), int(params["hi"])
-    batch = np.array(_ranks_of(trace), np.int64)
+    ranks = _ranks_of(trace)
+    params = batch_params(params, ranks)  # as the engine sent them (a direct call too)
+    batch = np.array(ranks, np.int64)
     own, _, _ = region_events(trace.intervals, lo, hi)
     parts = [own.drop("eid")]
     cross = params.get("cross")
     if cross is not None and cross.height:
-        other = cross.filter(~pl.col("rank").cast(pl.Int64).is_in(batch.tolist()))
-        parts.append(other.select(parts[0].columns).cast(dict(parts[0].schema)))
+        parts.append(cross.select(parts[0].columns).cast(dict(parts[0].schema)))
     events = (pl.concat(parts, how="vertical").with_row_index("_o")
               .sort("rank", "_o").drop("_o").with_row_index("eid")
               .with_columns(pl.col("eid").cast(pl.Int64)))
-    msgs, mi = _batch_messages(events, params.get("messages"), batch)
+    msgs, mi = _batch_messages(events, params.get("messages"))
     records = params.get("records")
     whole = records.lazy() if records is not None else None
     g, counts = graph_of(events, lo, hi, msgs, whole, _fwdbwd(trace))
@@ -264,19 +267,17 @@ def partial(trace: Trace, params: Mapping[str, Any]) -> Result:
     return _walks(g, bind, batch, counts, msgs, mi, events)
 
 
-def _batch_messages(events: pl.DataFrame, messages: pl.DataFrame | None,
-                    batch: np.ndarray[Any, Any]) -> tuple[pl.DataFrame, np.ndarray[Any, Any]]:
-    """The ``message_points`` rows of the messages with a side in the batch (the
-    receive's call found in ``events``) and their global indices."""
+def _batch_messages(events: pl.DataFrame, messages: pl.DataFrame | None
+                    ) -> tuple[pl.DataFrame, np.ndarray[Any, Any]]:
+    """The ``message_points`` rows of the batch's messages (``batch_params``: those with
+    a side in it; the receive's call found in ``events``) and their global indices."""
     import polars as pl
 
     from traceatlas.ops import critical_ranks as cr
 
     if messages is None or messages.height == 0:
         return cr.message_points(events, pl.DataFrame()), np.empty(0, np.int64)
-    ids = batch.tolist()
-    m = messages.filter(pl.col("src_rank").is_in(ids) | pl.col("dst_rank").is_in(ids))
-    m = m.with_row_index("m")
+    m = messages.with_row_index("m")
     recv = cr.message_side(events, m, "dst_rank", "recv_end_ns", "recv")
     got = m.join(recv.select("m", "recv_eid"), on="m", how="left").sort("m")
     out = got.select("src_rank", "dst_rank", "send_start_ns", "recv_end_ns",
@@ -337,10 +338,10 @@ def _walks(g: Graph, bind: np.ndarray[Any, Any], batch: np.ndarray[Any, Any],
                     + events["eid"].to_numpy())
     frame = path_edges_frame(g, bind[nodes], key)
     p = parent[nodes]
-    exit_kind = np.where(local[nodes] > 0, -1, np.where(
-        (p > 0) & is_inst[np.maximum(p, 0)], EXIT_INST,
-        np.where((p > 0) & (msg_of[np.maximum(p, 0)] >= 0), EXIT_MSG, EXIT_NONE)))
     p0 = np.maximum(p, 0)
+    exit_kind = np.where(local[nodes] > 0, -1, np.where(
+        (p > 0) & is_inst[p0], EXIT_INST,
+        np.where((p > 0) & (msg_of[p0] >= 0), EXIT_MSG, EXIT_NONE)))
     unexpected = int(((exit_kind == EXIT_NONE) & (p > 0)).sum())  # not the source
     exit_val = np.where(exit_kind == EXIT_INST, p - d_end,
                         np.where(exit_kind == EXIT_MSG, msg_of[p0], -1))
@@ -378,14 +379,11 @@ def _candidate(g: Graph, owned: np.ndarray[Any, Any], h_end: int, d_end: int
                ) -> tuple[int, bool, int, int, int] | None:
     """The batch's latest node, with the whole graph's tie rule as a sortable key:
     (time, is an end of device work, phase, order in the phase, node)."""
-    from traceatlas.ops.critical_graph import B, K
+    from traceatlas.ops.critical_solve import device_ends
 
     if not owned.any():
         return None
-    e = g.edges
-    is_end = np.zeros(len(g.t_ns), bool)
-    is_end[e["dst"][e["kind"] == K["duration"]]] = True
-    is_end[e["dst"][(e["kind"] == K["collective"]) & (e["bound"] == B["gpu_comm"])]] = True
+    is_end = device_ends(g)
     ids = np.flatnonzero(owned)
     best = int(g.t_ns[ids].max())
     top = ids[g.t_ns[ids] == best]
@@ -420,25 +418,17 @@ def _home_counts(g: Graph, owned: np.ndarray[Any, Any], batch: np.ndarray[Any, A
             got += int(((g.dropped_kind == K[kind]) & dmine).sum())
         return got
 
-    per_home = {"launch": edges("launch", pre_drop=False),
-                "stream": edges("stream", pre_drop=False)}
-    for kind in ("sync_stream", "sync_context", "sync_event", "sync_copy",
-                 "stream_wait_event", "wakeup", "handoff"):
-        per_home[kind] = edges(kind, pre_drop=True)
     rows = []
     for name, value in counts.items():
-        if name in ("launch", "stream", "sync_stream", "sync_context", "sync_event",
-                    "sync_copy", "stream_wait_event"):
-            value, how = per_home[name], "sum"
+        kind = _EDGE_KIND.get(name, name)
+        if kind in K:  # an edge count: the whole run counts launch and stream after
+            # the backward edges are dropped, the builders' counts before
+            value, how = edges(kind, pre_drop=kind not in ("launch", "stream")), "sum"
         elif name == "fallback":
             value, how = int(np.isin(g.fallback_ranks, batch).sum()), "sum"
-        elif name == "host_wakeups":
-            value, how = per_home["wakeup"], "sum"
-        elif name == "handoffs":
-            value, how = per_home["handoff"], "sum"
         elif name == "messages":
             how = "global"
-        else:
+        else:  # instance counts: every batch matches every instance
             how = "same"
         rows.append((name, int(value), how))
     rows.append(("__dropped", int(dmine.sum()), "sum"))

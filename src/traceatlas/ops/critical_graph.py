@@ -162,6 +162,8 @@ class Builder:
         """``Graph.phase_ends`` (appended by ``host_chains`` and ``device_streams``)."""
         self.fallback_ranks: I64 = np.empty(0, np.int64)
         """Rank of each synchronize call without a cuda_sync record (``sync_edges``)."""
+        self.extra_node: I64 = np.empty(0, np.int64)
+        """Node of each extra chain point (``host_chains``)."""
 
     def nodes(self, t: I64, rank: I64, track: I64) -> I64:
         """Allocate nodes; returns their ids."""
@@ -217,7 +219,7 @@ class Builder:
         return Graph(r0, r1, t, rank, track, e, self.events, dropped,
                      dropped_kind=dropped_kind, dropped_dst=dropped_dst,
                      fallback_ranks=self.fallback_ranks,
-                     extra_node=getattr(self, "extra_node", np.empty(0, np.int64)),
+                     extra_node=self.extra_node,
                      phase_ends=tuple(self.phase_ends))
 
 
@@ -349,7 +351,7 @@ def host_chains(b: Builder, extra: pl.DataFrame) -> None:
         extra_node[xi] = _rank_chains(b, hr, extra[xi], ctx, views)
         at += n
         del hr
-    b.extra_node = extra_node  # type: ignore[attr-defined]
+    b.extra_node = extra_node
     b.host = (out[0][:at], out[1][:at], out[2][:at], out[3][:at])
     b.phase_ends.append(b.count)
 

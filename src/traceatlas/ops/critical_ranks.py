@@ -173,7 +173,7 @@ def extra_points(msgs: pl.DataFrame) -> pl.DataFrame:
 def message_edges(b: Builder, msgs: pl.DataFrame) -> int:
     """Send point -> receive point for each message (after ``host_chains``)."""
     n = msgs.height
-    nodes: npt.NDArray[np.int64] = b.extra_node  # type: ignore[attr-defined]
+    nodes = b.extra_node
     src, dst = nodes[:n], nodes[n:2 * n]
     b.edges.add(src, dst, 0, "message", "comm", msgs["recv_eid"].to_numpy())
     b.blocking.append(dst)

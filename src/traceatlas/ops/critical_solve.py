@@ -97,6 +97,16 @@ def binding(g: Graph) -> I64:
     return out
 
 
+def device_ends(g: Graph) -> npt.NDArray[np.bool_]:
+    """Per node: the end of device work (a duration edge's or a matched collective's
+    ``gpu_comm`` edge's destination), preferred as the path's last node on time ties."""
+    e = g.edges
+    out = np.zeros(len(g.t_ns), bool)
+    out[e["dst"][e["kind"] == K["duration"]]] = True
+    out[e["dst"][(e["kind"] == K["collective"]) & (e["bound"] == B["gpu_comm"])]] = True
+    return out
+
+
 def _run_heads(parent: I64) -> I64:
     """For each node, the first node of its run: the largest ``h <= v`` such that every
     node in ``(h, v]`` has ``parent == itself - 1`` (node ids are allocated along
@@ -115,9 +125,7 @@ def path_edges(g: Graph, bind: I64) -> I64:
     if n <= 1:
         return np.empty(0, np.int64)
     e = g.edges
-    is_end = np.zeros(n, bool)
-    is_end[e["dst"][e["kind"] == K["duration"]]] = True
-    is_end[e["dst"][(e["kind"] == K["collective"]) & (e["bound"] == B["gpu_comm"])]] = True
+    is_end = device_ends(g)
     # the latest node; on ties an end of device work, then the highest id
     best = g.t_ns.max()
     top = np.flatnonzero(g.t_ns == best)
